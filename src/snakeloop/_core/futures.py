@@ -1,0 +1,451 @@
+"""snakeloop's own Future and Task.
+
+They live in one module because they call each other on every step: a Task
+is a Future whose result comes from driving a coroutine, and it waits by
+hanging its wakeup on the future that the coroutine yielded.
+
+The semantics are asyncio's, version by version (3.11 to 3.13), because user
+code and libraries depend on the details: done callbacks always go through
+``loop.call_soon``; a task cancelled while its wakeup is already queued still
+sees ``CancelledError``; ``uncancel`` clears a pending cancel on 3.13; eager
+start exists from 3.12.  Both classes only use the public loop API
+(``call_soon``, ``get_debug``, ``call_exception_handler``,
+``is_running``), so they also run on other loops.
+
+Private attribute names (``_state``, ``_callbacks``, ``_fut_waiter``,
+``_must_cancel`` ...) are the ones asyncio uses: the standard library's repr
+and stack helpers read them, and white-box tests in CPython's suite do too.
+Reprs and ``get_stack``/``print_stack`` delegate to ``asyncio.base_futures``
+and ``asyncio.base_tasks``, exactly as asyncio's C accelerator does, so the
+text stays identical on every version.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import itertools
+import sys
+from asyncio import base_futures, base_tasks, events, exceptions, format_helpers
+from asyncio import tasks as _aio_tasks
+from asyncio.coroutines import iscoroutine
+from types import GenericAlias
+
+__all__ = ["Future", "Task"]
+
+_PENDING = "PENDING"
+_CANCELLED = "CANCELLED"
+_FINISHED = "FINISHED"
+
+_PY312 = sys.version_info >= (3, 12)
+_PY313 = sys.version_info >= (3, 13)
+
+_CancelledError = exceptions.CancelledError
+_InvalidStateError = exceptions.InvalidStateError
+_copy_context = contextvars.copy_context
+
+# The registry of current and all tasks belongs to asyncio (C-accelerated),
+# so asyncio.current_task() and all_tasks() see snakeloop's tasks.
+_register_task = _aio_tasks._register_task
+_enter_task = _aio_tasks._enter_task
+_leave_task = _aio_tasks._leave_task
+if _PY312:
+    _register_eager_task = _aio_tasks._register_eager_task
+    _unregister_eager_task = _aio_tasks._unregister_eager_task
+    _swap_current_task = _aio_tasks._swap_current_task
+
+if _PY312:
+    _default_loop = events.get_event_loop
+else:
+    _default_loop = events._get_event_loop
+
+_task_name_counter = itertools.count(1).__next__
+
+
+def _future_loop(fut):
+    try:
+        get_loop = fut.get_loop
+    except AttributeError:
+        return fut._loop
+    return get_loop()
+
+
+class Future:
+    """A result that will exist later; asyncio.Future's semantics."""
+
+    _state = _PENDING
+    _result = None
+    _exception = None
+    _exception_tb = None
+    _loop = None
+    _source_traceback = None
+    _cancel_message = None
+    _cancelled_exc = None
+    # Set by __await__ so that Task can tell ``await fut`` (correct) from a
+    # bare ``yield fut`` (a bug it reports).
+    _asyncio_future_blocking = False
+    _log_traceback_flag = False
+
+    def __init__(self, *, loop=None):
+        if loop is None:
+            loop = _default_loop()
+        self._loop = loop
+        self._callbacks = []
+        if loop.get_debug():
+            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+
+    def __repr__(self):
+        return base_futures._future_repr(self)
+
+    def __del__(self):
+        if not self._log_traceback_flag:
+            return
+        context = {
+            "message": f"{self.__class__.__name__} exception was never retrieved",
+            "exception": self._exception,
+            "future": self,
+        }
+        if self._source_traceback:
+            context["source_traceback"] = self._source_traceback
+        self._loop.call_exception_handler(context)
+
+    __class_getitem__ = classmethod(GenericAlias)
+
+    @property
+    def _log_traceback(self):
+        return self._log_traceback_flag
+
+    @_log_traceback.setter
+    def _log_traceback(self, val):
+        if val:
+            raise ValueError("_log_traceback can only be set to False")
+        self._log_traceback_flag = False
+
+    def get_loop(self):
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("Future object is not initialized.")
+        return loop
+
+    def _make_cancelled_error(self):
+        exc = self._cancelled_exc
+        if exc is not None:
+            self._cancelled_exc = None
+            return exc
+        if self._cancel_message is None:
+            return _CancelledError()
+        return _CancelledError(self._cancel_message)
+
+    def cancel(self, msg=None):
+        self._log_traceback_flag = False
+        if self._state != _PENDING:
+            return False
+        self._state = _CANCELLED
+        self._cancel_message = msg
+        self._schedule_callbacks()
+        return True
+
+    def _schedule_callbacks(self):
+        callbacks = self._callbacks
+        if not callbacks:
+            return
+        # A callback may add or remove callbacks while these are queued:
+        # detach the list first so those changes touch a fresh one.
+        self._callbacks = []
+        call_soon = self._loop.call_soon
+        for callback, ctx in callbacks:
+            call_soon(callback, self, context=ctx)
+
+    def cancelled(self):
+        return self._state == _CANCELLED
+
+    def done(self):
+        return self._state != _PENDING
+
+    def result(self):
+        state = self._state
+        if state == _FINISHED:
+            self._log_traceback_flag = False
+            exc = self._exception
+            if exc is not None:
+                raise exc.with_traceback(self._exception_tb)
+            return self._result
+        if state == _CANCELLED:
+            raise self._make_cancelled_error()
+        raise _InvalidStateError("Result is not ready.")
+
+    def exception(self):
+        state = self._state
+        if state == _FINISHED:
+            self._log_traceback_flag = False
+            return self._exception
+        if state == _CANCELLED:
+            raise self._make_cancelled_error()
+        raise _InvalidStateError("Exception is not set.")
+
+    def add_done_callback(self, fn, *, context=None):
+        if self._state != _PENDING:
+            self._loop.call_soon(fn, self, context=context)
+        else:
+            if context is None:
+                context = _copy_context()
+            self._callbacks.append((fn, context))
+
+    def remove_done_callback(self, fn):
+        callbacks = self._callbacks
+        kept = [(f, ctx) for (f, ctx) in callbacks if f != fn]
+        removed = len(callbacks) - len(kept)
+        if removed:
+            callbacks[:] = kept
+        return removed
+
+    def set_result(self, result):
+        if self._state != _PENDING:
+            raise _InvalidStateError(f"{self._state}: {self!r}")
+        self._result = result
+        self._state = _FINISHED
+        self._schedule_callbacks()
+
+    def set_exception(self, exception):
+        if self._state != _PENDING:
+            raise _InvalidStateError(f"{self._state}: {self!r}")
+        if isinstance(exception, type):
+            exception = exception()
+        if _PY313:
+            if isinstance(exception, StopIteration):
+                new_exc = RuntimeError(
+                    "StopIteration interacts badly with generators "
+                    "and cannot be raised into a Future"
+                )
+                new_exc.__cause__ = exception
+                new_exc.__context__ = exception
+                exception = new_exc
+        elif type(exception) is StopIteration:
+            raise TypeError(
+                "StopIteration interacts badly with generators and cannot be raised into a Future"
+            )
+        self._exception = exception
+        self._exception_tb = exception.__traceback__
+        self._state = _FINISHED
+        self._schedule_callbacks()
+        self._log_traceback_flag = True
+
+    def __await__(self):
+        if self._state == _PENDING:
+            self._asyncio_future_blocking = True
+            yield self  # the Task hangs its wakeup on this future
+        if self._state == _PENDING:
+            raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    __iter__ = __await__
+
+
+class Task(Future):
+    """Drives a coroutine; asyncio.Task's semantics for the running Python."""
+
+    _log_destroy_pending = True
+
+    def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
+        Future.__init__(self, loop=loop)
+        if self._source_traceback:
+            del self._source_traceback[-1]
+        if not iscoroutine(coro):
+            self._log_destroy_pending = False
+            raise TypeError(f"a coroutine was expected, got {coro!r}")
+        if name is None:
+            self._name = f"Task-{_task_name_counter()}"
+        else:
+            self._name = str(name)
+        self._num_cancels_requested = 0
+        self._must_cancel = False
+        self._fut_waiter = None
+        self._coro = coro
+        if context is None:
+            context = _copy_context()
+        self._context = context
+        if eager_start and self._loop.is_running():
+            self._eager_start()
+        else:
+            self._loop.call_soon(self._step, context=context)
+            _register_task(self)
+
+    def __del__(self):
+        if self._state == _PENDING and self._log_destroy_pending:
+            context = {
+                "task": self,
+                "message": "Task was destroyed but it is pending!",
+            }
+            if self._source_traceback:
+                context["source_traceback"] = self._source_traceback
+            self._loop.call_exception_handler(context)
+        Future.__del__(self)
+
+    def __repr__(self):
+        return base_tasks._task_repr(self)
+
+    def get_coro(self):
+        return self._coro
+
+    def get_name(self):
+        return self._name
+
+    def set_name(self, value):
+        self._name = str(value)
+
+    def set_result(self, result):
+        raise RuntimeError("Task does not support set_result operation")
+
+    def set_exception(self, exception):
+        raise RuntimeError("Task does not support set_exception operation")
+
+    def get_stack(self, *, limit=None):
+        return base_tasks._task_get_stack(self, limit)
+
+    def print_stack(self, *, limit=None, file=None):
+        return base_tasks._task_print_stack(self, limit, file)
+
+    def cancel(self, msg=None):
+        self._log_traceback_flag = False
+        if self._state != _PENDING:
+            return False
+        self._num_cancels_requested += 1
+        waiter = self._fut_waiter
+        if waiter is not None and waiter.cancel(msg=msg):
+            return True
+        # Nothing to interrupt right now: the next step throws it in.
+        self._must_cancel = True
+        self._cancel_message = msg
+        return True
+
+    def cancelling(self):
+        return self._num_cancels_requested
+
+    def uncancel(self):
+        if self._num_cancels_requested > 0:
+            self._num_cancels_requested -= 1
+            if _PY313 and self._num_cancels_requested == 0:
+                self._must_cancel = False
+        return self._num_cancels_requested
+
+    def _eager_start(self):
+        loop = self._loop
+        prev_task = _swap_current_task(loop, self)
+        try:
+            _register_eager_task(self)
+            try:
+                self._context.run(self._run_coro, None)
+            finally:
+                _unregister_eager_task(self)
+        finally:
+            try:
+                current = _swap_current_task(loop, prev_task)
+                assert current is self
+            finally:
+                if self._state != _PENDING:
+                    self._coro = None
+                else:
+                    _register_task(self)
+
+    def _step(self, exc=None):
+        if self._state != _PENDING:
+            raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
+        if self._must_cancel:
+            if not isinstance(exc, _CancelledError):
+                exc = self._make_cancelled_error()
+            self._must_cancel = False
+        self._fut_waiter = None
+        loop = self._loop
+        _enter_task(loop, self)
+        try:
+            self._run_coro(exc)
+        finally:
+            _leave_task(loop, self)
+            self = None  # break the frame/task cycle on errors
+
+    def _run_coro(self, exc):
+        coro = self._coro
+        try:
+            if exc is None:
+                result = coro.send(None)
+            else:
+                result = coro.throw(exc)
+        except StopIteration as stop:
+            if self._must_cancel:
+                self._must_cancel = False
+                Future.cancel(self, msg=self._cancel_message)
+            else:
+                Future.set_result(self, stop.value)
+        except _CancelledError as cancelled:
+            self._cancelled_exc = cancelled
+            Future.cancel(self)
+        except (KeyboardInterrupt, SystemExit) as fatal:
+            Future.set_exception(self, fatal)
+            raise
+        except BaseException as error:
+            Future.set_exception(self, error)
+        else:
+            self._handle_yield(result)
+        self = None  # break the frame/task cycle on errors
+
+    def _handle_yield(self, result):
+        blocking = getattr(result, "_asyncio_future_blocking", None)
+        loop = self._loop
+        if blocking is not None:
+            if _future_loop(result) is not loop:
+                new_exc = RuntimeError(
+                    f"Task {self!r} got Future {result!r} attached to a different loop"
+                )
+            elif blocking:
+                if result is self:
+                    new_exc = RuntimeError(f"Task cannot await on itself: {self!r}")
+                else:
+                    result._asyncio_future_blocking = False
+                    result.add_done_callback(self._wakeup, context=self._context)
+                    self._fut_waiter = result
+                    if self._must_cancel and result.cancel(msg=self._cancel_message):
+                        self._must_cancel = False
+                    return
+            else:
+                new_exc = RuntimeError(
+                    f"yield was used instead of yield from in task {self!r} with {result!r}"
+                )
+        elif result is None:
+            # A bare yield (asyncio.sleep(0)): run again on the next iteration.
+            loop.call_soon(self._step, context=self._context)
+            return
+        elif inspect.isgenerator(result):
+            new_exc = RuntimeError(
+                "yield was used instead of yield from for "
+                f"generator in task {self!r} with {result!r}"
+            )
+        else:
+            new_exc = RuntimeError(f"Task got bad yield: {result!r}")
+        loop.call_soon(self._step, new_exc, context=self._context)
+
+    def _wakeup(self, future):
+        try:
+            future.result()
+        except BaseException as exc:
+            self._step(exc)
+        else:
+            self._step()
+        self = None  # break the frame/task cycle on errors
+
+
+if _PY312:
+
+    def _get_context(self):
+        return self._context
+
+    Task.get_context = _get_context
+    del _get_context
+else:
+    del Task._eager_start
+    _init_with_eager = Task.__init__
+
+    def _init_311(self, coro, *, loop=None, name=None, context=None):
+        _init_with_eager(self, coro, loop=loop, name=name, context=context)
+
+    Task.__init__ = _init_311
+    del _init_311

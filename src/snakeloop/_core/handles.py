@@ -1,0 +1,164 @@
+"""Handle and TimerHandle: one scheduled callback each.
+
+A handle is what ``call_soon``/``call_later``/``call_at`` and the readiness
+registrations return.  It carries the callback, its positional arguments and
+the ``contextvars.Context`` to run it in.  The loop calls ``_run()`` from
+exactly one place (``run_once``); nothing else invokes callbacks.
+
+Cancelling drops the callback and its arguments at once, so a cancelled
+timer that sits in the heap until lazy compaction keeps nothing alive.
+
+The representation and the error context match asyncio's so that log lines
+and reprs read the same on either loop.  Formatting of the callback reuses the
+standard library's ``asyncio.format_helpers`` (the C accelerator of asyncio
+does the same), which keeps the text identical across Python versions.
+"""
+
+from __future__ import annotations
+
+import sys
+from asyncio import format_helpers
+from contextvars import copy_context
+
+__all__ = ["Handle", "TimerHandle"]
+
+
+class Handle:
+    """A callback scheduled on the loop, returned by ``call_soon``."""
+
+    __slots__ = (
+        "_callback",
+        "_args",
+        "_cancelled",
+        "_loop",
+        "_source_traceback",
+        "_repr",
+        "_context",
+        "__weakref__",
+    )
+
+    def __init__(self, callback, args, loop, context=None):
+        if context is None:
+            context = copy_context()
+        self._context = context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        if loop._debug:
+            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+        else:
+            self._source_traceback = None
+
+    def _repr_info(self):
+        info = [self.__class__.__name__]
+        if self._cancelled:
+            info.append("cancelled")
+        if self._callback is not None:
+            info.append(format_helpers._format_callback_source(self._callback, self._args))
+        if self._source_traceback:
+            frame = self._source_traceback[-1]
+            info.append(f"created at {frame[0]}:{frame[1]}")
+        return info
+
+    def __repr__(self):
+        if self._repr is not None:
+            return self._repr
+        return "<{}>".format(" ".join(self._repr_info()))
+
+    def get_context(self):
+        return self._context
+
+    def cancel(self):
+        if not self._cancelled:
+            self._cancelled = True
+            if self._loop._debug:
+                # Keep the text while callback and args still exist, so a
+                # later "Executing <Handle ...> took 2.5 seconds" can name it.
+                self._repr = repr(self)
+            self._callback = None
+            self._args = None
+
+    def cancelled(self):
+        return self._cancelled
+
+    def _run(self):
+        try:
+            self._context.run(self._callback, *self._args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._report(exc)
+        self = None  # drop this frame's reference on error paths
+
+    def _report(self, exc):
+        cb = format_helpers._format_callback_source(self._callback, self._args)
+        context = {
+            "message": f"Exception in callback {cb}",
+            "exception": exc,
+            "handle": self,
+        }
+        if self._source_traceback:
+            context["source_traceback"] = self._source_traceback
+        self._loop.call_exception_handler(context)
+
+
+class TimerHandle(Handle):
+    """A callback due at a loop time, returned by ``call_later``/``call_at``."""
+
+    __slots__ = ("_when", "_scheduled")
+
+    def __init__(self, when, callback, args, loop, context=None):
+        Handle.__init__(self, callback, args, loop, context)
+        if self._source_traceback:
+            del self._source_traceback[-1]
+        self._when = when
+        self._scheduled = False
+
+    def _repr_info(self):
+        info = Handle._repr_info(self)
+        info.insert(2 if self._cancelled else 1, f"when={self._when}")
+        return info
+
+    def __hash__(self):
+        return hash(self._when)
+
+    def __lt__(self, other):
+        if isinstance(other, TimerHandle):
+            return self._when < other._when
+        return NotImplemented
+
+    def __le__(self, other):
+        if isinstance(other, TimerHandle):
+            return self._when < other._when or self.__eq__(other)
+        return NotImplemented
+
+    def __gt__(self, other):
+        if isinstance(other, TimerHandle):
+            return self._when > other._when
+        return NotImplemented
+
+    def __ge__(self, other):
+        if isinstance(other, TimerHandle):
+            return self._when > other._when or self.__eq__(other)
+        return NotImplemented
+
+    def __eq__(self, other):
+        if isinstance(other, TimerHandle):
+            return (
+                self._when == other._when
+                and self._callback == other._callback
+                and self._args == other._args
+                and self._cancelled == other._cancelled
+            )
+        return NotImplemented
+
+    def cancel(self):
+        if not self._cancelled and self._scheduled:
+            self._loop._timer_handle_cancelled(self)
+        Handle.cancel(self)
+
+    def when(self):
+        """The loop time at which the callback is due."""
+        return self._when

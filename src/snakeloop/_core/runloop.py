@@ -1,0 +1,370 @@
+"""The core loop: a ready deque, a timer heap, and ``run_once``.
+
+This is the hot path.  Everything here is written so Cython can compile the
+module from the same source: attributes are declared in ``__init__`` under
+``__slots__``, and ``run_once`` uses no closures or generators.
+
+One iteration (``_run_once``) is:
+
+1. drop cancelled timers from the top of the heap, or rebuild the heap when
+   more than half of it is cancelled;
+2. choose the poll timeout: 0 if callbacks are ready or the loop is
+   stopping, else the time to the earliest timer, else block;
+3. poll the OS and queue the callbacks of the ready fds.  When callbacks are
+   already waiting and no fd other than the waker is registered, the poll is
+   skipped: it could only report a wakeup whose callbacks are already in the
+   deque (``call_soon_threadsafe`` appends before it wakes);
+4. move every timer due within one clock resolution of now to the deque;
+5. run exactly the callbacks that were in the deque when this step began;
+   callbacks they add wait for the next iteration.
+
+Timers live in the heap as ``(when, sequence, handle)`` so that equal
+deadlines fire in the order they were set, and tuple comparison stays in C.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import logging
+import threading
+
+from asyncio.coroutines import iscoroutine, iscoroutinefunction
+
+from .handles import Handle, TimerHandle
+
+__all__ = ["CoreLoop"]
+
+logger = logging.getLogger("asyncio")
+
+# A poll never sleeps longer than a day, as in asyncio: loop.time() may be
+# far from the wall clock, and a huge timeout overflows some kernels.
+MAXIMUM_POLL_TIMEOUT = 24 * 3600
+
+# Rebuild the timer heap when it holds more than this many entries and more
+# than half of them are cancelled.
+_MIN_TIMERS_TO_COMPACT = 100
+_MAX_CANCELLED_FRACTION = 0.5
+
+_READABLE = 1
+_WRITABLE = 2
+
+_heappush = heapq.heappush
+_heappop = heapq.heappop
+_get_ident = threading.get_ident
+
+
+def format_handle(handle):
+    """How asyncio names a handle in the slow-callback warning."""
+    cb = handle._callback
+    owner = getattr(cb, "__self__", None)
+    if owner is not None and hasattr(owner, "_coro") and hasattr(owner, "get_name"):
+        # A task's step: the task's repr says more than the bound method.
+        return repr(owner)
+    return str(handle)
+
+
+class CoreLoop:
+    """Scheduling and dispatch; the public loop API builds on this."""
+
+    __slots__ = (
+        "_ready",
+        "_scheduled",
+        "_timer_seq",
+        "_timer_cancelled_count",
+        "_stopping",
+        "_closed",
+        "_debug",
+        "_thread_id",
+        "_clock",
+        "_clock_resolution",
+        "_now",
+        "_io",
+        "_waker",
+        "_waker_fd",
+        "_polling",
+        "_readers",
+        "_writers",
+        "_current_handle",
+        "slow_callback_duration",
+    )
+
+    def __init__(self, clock, io_backend, waker):
+        self._ready = collections.deque()
+        self._scheduled = []
+        self._timer_seq = 0
+        self._timer_cancelled_count = 0
+        self._stopping = False
+        self._closed = False
+        self._debug = False
+        self._thread_id = None
+        self._clock = clock
+        self._clock_resolution = clock.resolution
+        self._now = clock.monotonic
+        self._io = io_backend
+        self._waker = waker
+        self._waker_fd = waker.fileno()
+        self._polling = False
+        self._readers = {}
+        self._writers = {}
+        self._current_handle = None
+        self.slow_callback_duration = 0.1
+        io_backend.register(self._waker_fd, _READABLE)
+
+    # -- time ------------------------------------------------------------
+
+    def time(self):
+        """The loop's clock, in seconds."""
+        return self._now()
+
+    # -- checks shared by the scheduling methods -------------------------
+
+    def _check_closed(self):
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+
+    def _check_thread(self):
+        """In debug mode, refuse non-thread-safe calls from another thread."""
+        if self._thread_id is None:
+            return
+        if _get_ident() != self._thread_id:
+            raise RuntimeError(
+                "Non-thread-safe operation invoked on an event loop other "
+                "than the current one"
+            )
+
+    def _check_callback(self, callback, method):
+        if iscoroutine(callback) or iscoroutinefunction(callback):
+            raise TypeError(f"coroutines cannot be used with {method}()")
+        if not callable(callback):
+            raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
+
+    # -- scheduling --------------------------------------------------------
+
+    def call_soon(self, callback, *args, context=None):
+        """Run ``callback(*args)`` on the next iteration, in FIFO order."""
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_soon")
+        handle = Handle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        self._ready.append(handle)
+        return handle
+
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        """Like call_soon, from any thread; wakes a blocked poll."""
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            self._check_callback(callback, "call_soon_threadsafe")
+        handle = Handle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        # deque.append is atomic.  The loop sets _polling before it looks at
+        # the deque, so either it sees this handle or we see the flag.
+        self._ready.append(handle)
+        if self._polling:
+            self._waker.wake()
+        return handle
+
+    def call_later(self, delay, callback, *args, context=None):
+        """Run ``callback(*args)`` after ``delay`` seconds."""
+        if delay is None:
+            raise TypeError("delay must not be None")
+        timer = self.call_at(self._now() + delay, callback, *args, context=context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        return timer
+
+    def call_at(self, when, callback, *args, context=None):
+        """Run ``callback(*args)`` at loop time ``when``."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        timer = TimerHandle(when, callback, args, self, context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        seq = self._timer_seq
+        self._timer_seq = seq + 1
+        _heappush(self._scheduled, (when, seq, timer))
+        timer._scheduled = True
+        return timer
+
+    def _timer_handle_cancelled(self, handle):
+        # Called by TimerHandle.cancel(); the entry is dropped lazily.
+        self._timer_cancelled_count += 1
+
+    def stop(self):
+        """Stop after the callbacks of the current iteration have run."""
+        self._stopping = True
+
+    def is_closed(self):
+        return self._closed
+
+    def is_running(self):
+        return self._thread_id is not None
+
+    # -- readiness callbacks -------------------------------------------------
+
+    def _set_io_handle(self, fd, handle, table, bit):
+        """Install ``handle`` for ``fd`` in ``table`` and tell the backend."""
+        old_mask = (_READABLE if fd in self._readers else 0) | (
+            _WRITABLE if fd in self._writers else 0
+        )
+        # The backend first: if it refuses the fd (a regular file, a closed
+        # fd), the tables stay as they were.
+        if old_mask == 0:
+            self._io.register(fd, bit)
+        elif not old_mask & bit:
+            self._io.modify(fd, old_mask | bit)
+        previous = table.get(fd)
+        table[fd] = handle
+        if previous is not None:
+            previous.cancel()
+
+    def _clear_io_handle(self, fd, table, bit):
+        """Remove ``fd`` from ``table``; True if something was registered."""
+        handle = table.pop(fd, None)
+        if handle is None:
+            return False
+        other = self._writers if bit == _READABLE else self._readers
+        if fd in other:
+            self._io.modify(fd, _WRITABLE if bit == _READABLE else _READABLE)
+        else:
+            self._io.unregister(fd)
+        handle.cancel()
+        return True
+
+    # -- one iteration ---------------------------------------------------------
+
+    def _run_once(self):
+        scheduled = self._scheduled
+        ready = self._ready
+
+        # 1. Lazily cancelled timers.
+        if self._timer_cancelled_count:
+            n = len(scheduled)
+            if (
+                n > _MIN_TIMERS_TO_COMPACT
+                and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
+            ):
+                kept = []
+                for entry in scheduled:
+                    if entry[2]._cancelled:
+                        entry[2]._scheduled = False
+                    else:
+                        kept.append(entry)
+                heapq.heapify(kept)
+                self._scheduled = scheduled = kept
+                self._timer_cancelled_count = 0
+            else:
+                while scheduled and scheduled[0][2]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    _heappop(scheduled)[2]._scheduled = False
+
+        # 2-3. Poll, unless callbacks are waiting and only the waker is watched.
+        readers = self._readers
+        writers = self._writers
+        if ready or self._stopping:
+            if readers or writers:
+                self._dispatch(self._io.poll(0))
+        else:
+            # Set before the deque is checked again: see call_soon_threadsafe.
+            self._polling = True
+            if ready:
+                timeout = 0
+            elif scheduled:
+                timeout = scheduled[0][0] - self._now()
+                if timeout > MAXIMUM_POLL_TIMEOUT:
+                    timeout = MAXIMUM_POLL_TIMEOUT
+                elif timeout < 0:
+                    timeout = 0
+            else:
+                timeout = None
+            try:
+                events = self._io.poll(timeout)
+            finally:
+                self._polling = False
+            self._dispatch(events)
+
+        # 4. Due timers.
+        if scheduled:
+            end_time = self._now() + self._clock_resolution
+            while scheduled:
+                entry = scheduled[0]
+                if entry[0] >= end_time:
+                    break
+                _heappop(scheduled)
+                handle = entry[2]
+                handle._scheduled = False
+                ready.append(handle)
+
+        # 5. Run what was ready when this step began.
+        ntodo = len(ready)
+        if self._debug:
+            self._run_ready_debug(ntodo)
+            return
+        popleft = ready.popleft
+        for _ in range(ntodo):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            try:
+                handle._context.run(handle._callback, *handle._args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                handle._report(exc)
+        handle = None
+
+    def _dispatch(self, events):
+        """Queue the callbacks of the fds the backend reported ready."""
+        if not events:
+            return
+        readers = self._readers
+        writers = self._writers
+        append = self._ready.append
+        waker_fd = self._waker_fd
+        for fd, mask in events:
+            if fd == waker_fd:
+                self._waker.drain()
+                continue
+            if mask & _READABLE:
+                handle = readers.get(fd)
+                if handle is not None:
+                    if handle._cancelled:
+                        self._clear_io_handle(fd, readers, _READABLE)
+                    else:
+                        append(handle)
+            if mask & _WRITABLE:
+                handle = writers.get(fd)
+                if handle is not None:
+                    if handle._cancelled:
+                        self._clear_io_handle(fd, writers, _WRITABLE)
+                    else:
+                        append(handle)
+
+    def _run_ready_debug(self, ntodo):
+        """Step 5 in debug mode: time each callback and report slow ones."""
+        ready = self._ready
+        now = self._now
+        for _ in range(ntodo):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            self._current_handle = handle
+            try:
+                t0 = now()
+                handle._run()
+                dt = now() - t0
+                if dt >= self.slow_callback_duration:
+                    logger.warning("Executing %s took %.3f seconds", format_handle(handle), dt)
+            finally:
+                self._current_handle = None

@@ -1,0 +1,31 @@
+"""The OS multiplexer behind one narrow interface.
+
+A backend watches file descriptors for readiness and nothing else:
+
+* ``register(fd, events)``, ``modify(fd, events)``, ``unregister(fd)``;
+* ``poll(timeout) -> list[(fd, events)]`` where ``timeout`` is seconds,
+  ``None`` blocks and ``0`` returns at once;
+* ``close()`` and ``fileno()``.
+
+``events`` is a mask of ``READABLE`` and ``WRITABLE``.  The loop keeps the
+table of which callback belongs to which fd; a backend knows only masks.
+"""
+
+from __future__ import annotations
+
+import select
+
+from ._events import READABLE, WRITABLE
+
+__all__ = ["READABLE", "WRITABLE", "default_backend"]
+
+
+def default_backend():
+    """The best backend this platform has: epoll, else poll."""
+    if hasattr(select, "epoll"):
+        from .epoll import EpollBackend
+
+        return EpollBackend()
+    from .poll import PollBackend
+
+    return PollBackend()

@@ -1,0 +1,87 @@
+"""epoll backend (Linux).
+
+OS facts this module relies on:
+
+* epoll watches open file descriptions, not fd numbers.  Closing an fd
+  removes it from the interest list only once every duplicate of it is
+  closed, so the loop must ``unregister`` before a transport closes its
+  socket, or a dup()ed or inherited copy keeps reporting events for an fd
+  number that may since have been reused.
+* ``EPOLLERR`` and ``EPOLLHUP`` are always reported, whether asked for or
+  not.  They are passed on as both readable and writable, so whichever
+  callback is registered runs and sees the error from its own syscall.
+* Level-triggered mode is used: an fd that stays ready is reported on every
+  poll until it is drained, which is what asyncio's readiness callbacks
+  expect.
+* The epoll fd is created with ``EPOLL_CLOEXEC`` (Python's default), so
+  child processes never inherit it.  After ``fork()`` the child still shares
+  the parent's epoll instance through the inherited fd; a loop created in
+  the child makes its own.
+* ``epoll_wait`` interrupted by a signal is retried by Python (PEP 475)
+  after the signal handler ran, with the timeout recomputed.
+* The timeout has millisecond granularity; Python rounds it up, so a timer
+  never fires early because of the poll.
+"""
+
+from __future__ import annotations
+
+import select
+
+from ._events import READABLE, WRITABLE
+
+__all__ = ["EpollBackend"]
+
+_EPOLLIN = select.EPOLLIN
+_EPOLLOUT = select.EPOLLOUT
+# Anything but "writable only" wakes the reader; anything but "readable
+# only" wakes the writer.  Errors and hang-ups therefore wake both.
+_NOT_OUT = ~select.EPOLLOUT
+_NOT_IN = ~select.EPOLLIN
+
+# Precomputed translation of snakeloop masks to epoll masks.
+_TO_EPOLL = (0, _EPOLLIN, _EPOLLOUT, _EPOLLIN | _EPOLLOUT)
+
+
+class EpollBackend:
+    """Readiness through one epoll instance."""
+
+    __slots__ = ("_epoll", "_poll", "_nfds")
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._poll = self._epoll.poll
+        self._nfds = 0
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def register(self, fd: int, events: int) -> None:
+        self._epoll.register(fd, _TO_EPOLL[events])
+        self._nfds += 1
+
+    def modify(self, fd: int, events: int) -> None:
+        self._epoll.modify(fd, _TO_EPOLL[events])
+
+    def unregister(self, fd: int) -> None:
+        self._nfds -= 1
+        try:
+            self._epoll.unregister(fd)
+        except OSError:
+            # Already closed by its owner: the kernel dropped it for us.
+            pass
+
+    def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        if timeout is None:
+            timeout = -1
+        ready = []
+        for fd, ev in self._poll(timeout, max(self._nfds, 1)):
+            mask = 0
+            if ev & _NOT_OUT:
+                mask = READABLE
+            if ev & _NOT_IN:
+                mask |= WRITABLE
+            ready.append((fd, mask))
+        return ready
+
+    def close(self) -> None:
+        self._epoll.close()

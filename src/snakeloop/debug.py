@@ -1,0 +1,49 @@
+"""Debug mode: switches and coroutine-origin tracking.
+
+Debug mode is on when ``PYTHONASYNCIODEBUG`` is set (unless ``-E``), under
+``-X dev``, or after ``loop.set_debug(True)``.  The core loop reads the
+same ``_debug`` flag to record where handles were created, to time
+callbacks against ``slow_callback_duration`` and to refuse
+non-thread-safe calls from other threads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from asyncio import constants
+
+__all__ = ["DebugMixin", "debug_from_environment"]
+
+
+def debug_from_environment() -> bool:
+    """What asyncio's debug default is for this process."""
+    return sys.flags.dev_mode or (
+        not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG"))
+    )
+
+
+class DebugMixin:
+    """``get_debug``/``set_debug`` and coroutine-origin tracking."""
+
+    _origin_tracking_enabled = False
+    _origin_tracking_saved_depth = 0
+
+    def get_debug(self):
+        return self._debug
+
+    def set_debug(self, enabled):
+        self._debug = enabled
+        if self.is_running():
+            self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)
+
+    def _set_coroutine_origin_tracking(self, enabled):
+        # "coroutine was never awaited" warnings then say where it was made.
+        if bool(enabled) == bool(self._origin_tracking_enabled):
+            return
+        if enabled:
+            self._origin_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()
+            sys.set_coroutine_origin_tracking_depth(constants.DEBUG_STACK_DEPTH)
+        else:
+            sys.set_coroutine_origin_tracking_depth(self._origin_tracking_saved_depth)
+        self._origin_tracking_enabled = enabled

@@ -1,0 +1,108 @@
+"""Running blocking functions in threads: the default executor.
+
+``run_in_executor(None, ...)`` lazily creates one ThreadPoolExecutor per
+loop.  Shutting it down joins its threads from a helper thread, so the loop
+keeps running while they finish; each Python version's timeout behaviour
+for ``shutdown_default_executor`` is kept as asyncio has it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import threading
+import warnings
+from asyncio import futures, timeouts
+
+__all__ = ["ExecutorMixin"]
+
+_PY312 = sys.version_info >= (3, 12)
+_PY313 = sys.version_info >= (3, 13)
+
+
+def _set_result_unless_cancelled(fut, result):
+    if not fut.cancelled():
+        fut.set_result(result)
+
+
+class ExecutorMixin:
+    """``run_in_executor``, ``set_default_executor``, ``shutdown_default_executor``."""
+
+    def _init_executors(self):
+        self._default_executor = None
+        self._executor_shutdown_called = False
+
+    def run_in_executor(self, executor, func, *args):
+        """Run ``func(*args)`` in ``executor`` (None: the default one)."""
+        self._check_closed()
+        if self._debug:
+            self._check_callback(func, "run_in_executor")
+        if executor is None:
+            executor = self._default_executor
+            if self._executor_shutdown_called:
+                raise RuntimeError("Executor shutdown has been called")
+            if executor is None:
+                executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
+                self._default_executor = executor
+        return futures.wrap_future(executor.submit(func, *args), loop=self)
+
+    def set_default_executor(self, executor):
+        if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            raise TypeError("executor must be ThreadPoolExecutor instance")
+        self._default_executor = executor
+
+    def _do_shutdown(self, future):
+        # Runs in a helper thread: the join must not block the loop.
+        try:
+            self._default_executor.shutdown(wait=True)
+            if not self.is_closed():
+                if _PY313:
+                    self.call_soon_threadsafe(_set_result_unless_cancelled, future, None)
+                else:
+                    self.call_soon_threadsafe(future.set_result, None)
+        except Exception as ex:
+            if not self.is_closed() and not (_PY313 and future.cancelled()):
+                self.call_soon_threadsafe(future.set_exception, ex)
+
+    async def _shutdown_default_executor(self, timeout):
+        self._executor_shutdown_called = True
+        if self._default_executor is None:
+            return
+        future = self.create_future()
+        thread = threading.Thread(target=self._do_shutdown, args=(future,))
+        thread.start()
+        if _PY313:
+            try:
+                async with timeouts.timeout(timeout):
+                    await future
+            except TimeoutError:
+                self._warn_executor_timeout(timeout)
+            else:
+                thread.join()
+            return
+        try:
+            await future
+        finally:
+            thread.join(timeout)
+        if thread.is_alive():
+            self._warn_executor_timeout(timeout)
+
+    def _warn_executor_timeout(self, timeout):
+        warnings.warn(
+            f"The executor did not finishing joining its threads within {timeout} seconds.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._default_executor.shutdown(wait=False)
+
+    if _PY312:
+
+        async def shutdown_default_executor(self, timeout=None):
+            """Shut the default executor down, joining its threads."""
+            await self._shutdown_default_executor(timeout)
+
+    else:
+
+        async def shutdown_default_executor(self):
+            """Shut the default executor down, joining its threads."""
+            await self._shutdown_default_executor(None)
