@@ -246,10 +246,23 @@ class Task(Future):
 
     _log_destroy_pending = True
 
-    def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
-        Future.__init__(self, loop=loop)
-        if self._source_traceback:
-            del self._source_traceback[-1]
+    if _PY312:
+
+        def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
+            Future.__init__(self, loop=loop)
+            if self._source_traceback:
+                del self._source_traceback[-1]
+            self._start(coro, name, context, eager_start)
+
+    else:
+
+        def __init__(self, coro, *, loop=None, name=None, context=None):
+            Future.__init__(self, loop=loop)
+            if self._source_traceback:
+                del self._source_traceback[-1]
+            self._start(coro, name, context, False)
+
+    def _start(self, coro, name, context, eager_start):
         if not iscoroutine(coro):
             self._log_destroy_pending = False
             raise TypeError(f"a coroutine was expected, got {coro!r}")
@@ -286,6 +299,11 @@ class Task(Future):
 
     def get_coro(self):
         return self._coro
+
+    if _PY312:
+
+        def get_context(self):
+            return self._context
 
     def get_name(self):
         return self._name
@@ -432,20 +450,3 @@ class Task(Future):
             self._step()
         self = None  # break the frame/task cycle on errors
 
-
-if _PY312:
-
-    def _get_context(self):
-        return self._context
-
-    Task.get_context = _get_context
-    del _get_context
-else:
-    del Task._eager_start
-    _init_with_eager = Task.__init__
-
-    def _init_311(self, coro, *, loop=None, name=None, context=None):
-        _init_with_eager(self, coro, loop=loop, name=name, context=context)
-
-    Task.__init__ = _init_311
-    del _init_311
