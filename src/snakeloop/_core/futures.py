@@ -62,6 +62,20 @@ else:
 _task_name_counter = itertools.count(1).__next__
 
 
+def _schedule(loop, callback, arg, context):
+    """``loop.call_soon(callback, arg, context=context)``, minus the Handle.
+
+    On a snakeloop loop outside debug mode, a callback that nobody can
+    cancel (a done callback, a task step) is queued as a plain tuple; the
+    run loop builds a Handle only if it raises.  Anywhere else, or in debug
+    mode (where handles record their origin), it goes through call_soon.
+    """
+    if getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed:
+        loop._ready.append((callback, arg, context))
+    else:
+        loop.call_soon(callback, arg, context=context)
+
+
 def _future_loop(fut):
     try:
         get_loop = fut.get_loop
@@ -152,9 +166,9 @@ class Future:
         # A callback may add or remove callbacks while these are queued:
         # detach the list first so those changes touch a fresh one.
         self._callbacks = []
-        call_soon = self._loop.call_soon
+        loop = self._loop
         for callback, ctx in callbacks:
-            call_soon(callback, self, context=ctx)
+            _schedule(loop, callback, self, ctx)
 
     def cancelled(self):
         return self._state == _CANCELLED
@@ -280,7 +294,7 @@ class Task(Future):
         if eager_start and self._loop.is_running():
             self._eager_start()
         else:
-            self._loop.call_soon(self._step, context=context)
+            _schedule(self._loop, self._step, None, context)
             _register_task(self)
 
     def __del__(self):
@@ -382,6 +396,9 @@ class Task(Future):
             self = None  # break the frame/task cycle on errors
 
     def _run_coro(self, exc):
+        # One step of the coroutine, and what its yield asks for.  The common
+        # outcomes (awaiting one of our futures, a bare yield) are handled
+        # inline; this runs once per task switch.
         coro = self._coro
         try:
             if exc is None:
@@ -393,7 +410,12 @@ class Task(Future):
                 self._must_cancel = False
                 Future.cancel(self, msg=self._cancel_message)
             else:
-                Future.set_result(self, stop.value)
+                # Future.set_result without its state check: a task only
+                # becomes done here, so it is still pending.
+                self._result = stop.value
+                self._state = _FINISHED
+                if self._callbacks:
+                    self._schedule_callbacks()
         except _CancelledError as cancelled:
             self._cancelled_exc = cancelled
             Future.cancel(self)
@@ -403,10 +425,39 @@ class Task(Future):
         except BaseException as error:
             Future.set_exception(self, error)
         else:
-            self._handle_yield(result)
+            loop = self._loop
+            if result is None:
+                # A bare yield (asyncio.sleep(0)): run again next iteration.
+                _schedule(loop, self._step, None, self._context)
+            elif result.__class__ in _OWN_CLASSES and result._asyncio_future_blocking:
+                if result._loop is not loop:
+                    self._reschedule_with_error(
+                        RuntimeError(
+                            f"Task {self!r} got Future {result!r} attached to a different loop"
+                        )
+                    )
+                elif result is self:
+                    self._reschedule_with_error(
+                        RuntimeError(f"Task cannot await on itself: {self!r}")
+                    )
+                else:
+                    result._asyncio_future_blocking = False
+                    if result._state == _PENDING:
+                        result._callbacks.append((self._wakeup, self._context))
+                    else:
+                        _schedule(loop, self._wakeup, result, self._context)
+                    self._fut_waiter = result
+                    if self._must_cancel and result.cancel(msg=self._cancel_message):
+                        self._must_cancel = False
+            else:
+                self._handle_yield(result)
         self = None  # break the frame/task cycle on errors
 
+    def _reschedule_with_error(self, exc):
+        self._loop.call_soon(self._step, exc, context=self._context)
+
     def _handle_yield(self, result):
+        """What any other yielded value asks for (foreign futures, bugs)."""
         blocking = getattr(result, "_asyncio_future_blocking", None)
         loop = self._loop
         if blocking is not None:
@@ -428,10 +479,6 @@ class Task(Future):
                 new_exc = RuntimeError(
                     f"yield was used instead of yield from in task {self!r} with {result!r}"
                 )
-        elif result is None:
-            # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-            loop.call_soon(self._step, context=self._context)
-            return
         elif inspect.isgenerator(result):
             new_exc = RuntimeError(
                 "yield was used instead of yield from for "
@@ -439,9 +486,17 @@ class Task(Future):
             )
         else:
             new_exc = RuntimeError(f"Task got bad yield: {result!r}")
-        loop.call_soon(self._step, new_exc, context=self._context)
+        self._reschedule_with_error(new_exc)
 
     def _wakeup(self, future):
+        if (
+            future.__class__ in _OWN_CLASSES
+            and future._state == _FINISHED
+            and future._exception is None
+        ):
+            # Our own future with a plain result: result() could not raise.
+            self._step()
+            return
         try:
             future.result()
         except BaseException as exc:
@@ -449,4 +504,7 @@ class Task(Future):
         else:
             self._step()
         self = None  # break the frame/task cycle on errors
+
+
+_OWN_CLASSES = frozenset((Future, Task))
 

@@ -110,9 +110,19 @@ class TimerHandle(Handle):
     __slots__ = ("_when", "_scheduled")
 
     def __init__(self, when, callback, args, loop, context=None):
-        Handle.__init__(self, callback, args, loop, context)
-        if self._source_traceback:
-            del self._source_traceback[-1]
+        # Handle.__init__ written out: timers are created at a high rate.
+        if context is None:
+            context = copy_context()
+        self._context = context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        if loop._debug:
+            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+        else:
+            self._source_traceback = None
         self._when = when
         self._scheduled = False
 
@@ -155,9 +165,17 @@ class TimerHandle(Handle):
         return NotImplemented
 
     def cancel(self):
-        if not self._cancelled and self._scheduled:
-            self._loop._timer_handle_cancelled(self)
-        Handle.cancel(self)
+        if not self._cancelled:
+            loop = self._loop
+            if self._scheduled:
+                # The heap entry stays until it surfaces or the heap is
+                # compacted; the loop counts it to know when to compact.
+                loop._timer_cancelled_count += 1
+            self._cancelled = True
+            if loop._debug:
+                self._repr = repr(self)
+            self._callback = None
+            self._args = None
 
     def when(self):
         """The loop time at which the callback is due."""

@@ -67,6 +67,12 @@ def format_handle(handle):
 class CoreLoop:
     """Scheduling and dispatch; the public loop API builds on this."""
 
+    # Futures and tasks may queue (callback, arg, context) tuples straight
+    # into _ready instead of calling call_soon (see _core.futures).  A
+    # subclass that overrides call_soon to observe every callback sets this
+    # to False.
+    _accepts_plain_callbacks = True
+
     __slots__ = (
         "_ready",
         "_scheduled",
@@ -174,23 +180,25 @@ class CoreLoop:
         """Run ``callback(*args)`` after ``delay`` seconds."""
         if delay is None:
             raise TypeError("delay must not be None")
-        timer = self.call_at(self._now() + delay, callback, *args, context=context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
-        return timer
+        return self._push_timer(self._now() + delay, callback, args, context)
 
     def call_at(self, when, callback, *args, context=None):
         """Run ``callback(*args)`` at loop time ``when``."""
         if when is None:
             raise TypeError("when cannot be None")
+        return self._push_timer(when, callback, args, context)
+
+    def _push_timer(self, when, callback, args, context):
         if self._closed:
             raise RuntimeError("Event loop is closed")
         if self._debug:
             self._check_thread()
+            # asyncio names call_at here even when call_later was called.
             self._check_callback(callback, "call_at")
         timer = TimerHandle(when, callback, args, self, context)
         if timer._source_traceback:
-            del timer._source_traceback[-1]
+            # Drop the frames of _push_timer and call_later/call_at.
+            del timer._source_traceback[-2:]
         seq = self._timer_seq
         self._timer_seq = seq + 1
         _heappush(self._scheduled, (when, seq, timer))
@@ -314,6 +322,17 @@ class CoreLoop:
         popleft = ready.popleft
         for _ in range(ntodo):
             handle = popleft()
+            if handle.__class__ is tuple:
+                # (callback, arg, context) from a future or task: see
+                # _core.futures._schedule.
+                callback, arg, context = handle
+                try:
+                    context.run(callback, arg)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    Handle(callback, (arg,), self, context)._report(exc)
+                continue
             if handle._cancelled:
                 continue
             try:
@@ -322,7 +341,7 @@ class CoreLoop:
                 raise
             except BaseException as exc:
                 handle._report(exc)
-        handle = None
+        handle = callback = arg = context = None
 
     def _dispatch(self, events):
         """Queue the callbacks of the fds the backend reported ready."""
@@ -357,6 +376,9 @@ class CoreLoop:
         now = self._now
         for _ in range(ntodo):
             handle = ready.popleft()
+            if handle.__class__ is tuple:
+                # Queued before debug mode was switched on.
+                handle = Handle(handle[0], (handle[1],), self, handle[2])
             if handle._cancelled:
                 continue
             self._current_handle = handle
