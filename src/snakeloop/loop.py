@@ -4,8 +4,8 @@ The class is assembled from small parts, each in its own module:
 
 * ``_core.runloop.CoreLoop``: the ready deque, timer heap, ``run_once``,
   ``call_soon``/``call_later``/``call_at``, the fd dispatch table;
-* ``errors``, ``debug``, ``asyncgens``, ``executors``, ``dns``: mixins with
-  one job each;
+* ``errors``, ``debug``, ``asyncgens``, ``executors``, ``dns``,
+  ``signals``: mixins with one job each;
 * this module: running and closing, futures and tasks, and readiness
   registration (``add_reader`` & co.).
 
@@ -37,6 +37,7 @@ from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import ExecutorMixin
+from .signals import SignalsMixin
 
 __all__ = ["Loop"]
 
@@ -78,6 +79,7 @@ class Loop(
     AsyncGenMixin,
     ExecutorMixin,
     DnsMixin,
+    SignalsMixin,
     asyncio.AbstractEventLoop,
 ):
     """An asyncio event loop written in Python.
@@ -113,6 +115,7 @@ class Loop(
             self._task_class = Task
         self._init_asyncgens()
         self._init_executors()
+        self._init_signals()
 
     def __repr__(self) -> str:
         return (
@@ -206,6 +209,7 @@ class Loop(
         if executor is not None:
             self._default_executor = None
             executor.shutdown(wait=False)
+        self._close_signals()
         for table in (self._readers, self._writers):
             for handle in table.values():
                 handle.cancel()
