@@ -1,0 +1,76 @@
+"""Write-side flow control shared by every buffering transport.
+
+A transport buffers what the kernel would not take at once.  When the
+buffer grows past the high-water mark the protocol's ``pause_writing()`` is
+called; when it drains to the low-water mark or below, ``resume_writing()``.
+The two strictly alternate.  Defaults are asyncio's: 64 KiB high, a quarter
+of that low.  An exception from either protocol method goes to the loop's
+exception handler with asyncio's message; the transport carries on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FlowControlMixin"]
+
+DEFAULT_HIGH_WATER = 64 * 1024
+
+
+class FlowControlMixin:
+    """Needs ``_loop``, ``_protocol`` and ``get_write_buffer_size()``."""
+
+    _protocol_paused = False
+    _high_water = DEFAULT_HIGH_WATER
+    _low_water = DEFAULT_HIGH_WATER // 4
+
+    def _maybe_pause_protocol(self):
+        if self.get_write_buffer_size() <= self._high_water:
+            return
+        if not self._protocol_paused:
+            self._protocol_paused = True
+            try:
+                self._protocol.pause_writing()
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._loop.call_exception_handler(
+                    {
+                        "message": "protocol.pause_writing() failed",
+                        "exception": exc,
+                        "transport": self,
+                        "protocol": self._protocol,
+                    }
+                )
+
+    def _maybe_resume_protocol(self):
+        if self._protocol_paused and self.get_write_buffer_size() <= self._low_water:
+            self._protocol_paused = False
+            try:
+                self._protocol.resume_writing()
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._loop.call_exception_handler(
+                    {
+                        "message": "protocol.resume_writing() failed",
+                        "exception": exc,
+                        "transport": self,
+                        "protocol": self._protocol,
+                    }
+                )
+
+    def get_write_buffer_limits(self):
+        return (self._low_water, self._high_water)
+
+    def _set_write_buffer_limits(self, high=None, low=None):
+        if high is None:
+            high = DEFAULT_HIGH_WATER if low is None else 4 * low
+        if low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+        self._high_water = high
+        self._low_water = low
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        self._set_write_buffer_limits(high=high, low=low)
+        self._maybe_pause_protocol()
