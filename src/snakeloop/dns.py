@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 
-__all__ = ["DnsMixin"]
+__all__ = ["DnsMixin", "ensure_resolved", "interleave_addrinfos", "numeric_addrinfo"]
 
 logger = logging.getLogger("asyncio")
 
@@ -46,3 +46,80 @@ class DnsMixin:
 
     async def getnameinfo(self, sockaddr, flags=0):
         return await self.run_in_executor(None, socket.getnameinfo, sockaddr, flags)
+
+
+_HAS_IPV6 = hasattr(socket, "AF_INET6")
+
+
+def numeric_addrinfo(host, port, family, type, proto, flowinfo=0, scopeid=0):
+    """The getaddrinfo() entry for a numeric IP host, or None.
+
+    Numeric addresses need no resolver thread: ``inet_pton`` says whether
+    ``host`` is one.  Anything else (names, scoped IPv6, unusual protocols)
+    returns None and goes through ``getaddrinfo``.
+    """
+    if proto not in (0, socket.IPPROTO_TCP, socket.IPPROTO_UDP) or host is None:
+        return None
+    if type == socket.SOCK_STREAM:
+        proto = socket.IPPROTO_TCP
+    elif type == socket.SOCK_DGRAM:
+        proto = socket.IPPROTO_UDP
+    else:
+        return None
+    if port is None or port == b"" or port == "":
+        port = 0
+    else:
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            return None
+    if family == socket.AF_UNSPEC:
+        families = [socket.AF_INET, socket.AF_INET6] if _HAS_IPV6 else [socket.AF_INET]
+    else:
+        families = [family]
+    if isinstance(host, bytes):
+        host = host.decode("idna")
+    if "%" in host:
+        # A scope id needs the resolver to map the interface name.
+        return None
+    for af in families:
+        try:
+            socket.inet_pton(af, host)
+        except OSError:
+            continue
+        if _HAS_IPV6 and af == socket.AF_INET6:
+            return af, type, proto, "", (host, port, flowinfo, scopeid)
+        return af, type, proto, "", (host, port)
+    return None
+
+
+async def ensure_resolved(loop, address, *, family=0, type=socket.SOCK_STREAM, proto=0, flags=0):
+    """Address infos for ``address`` ((host, port, ...)), resolving if needed."""
+    host, port = address[:2]
+    info = numeric_addrinfo(host, port, family, type, proto, *address[2:])
+    if info is not None:
+        return [info]
+    return await loop.getaddrinfo(host, port, family=family, type=type, proto=proto, flags=flags)
+
+
+def interleave_addrinfos(addrinfos, first_address_family_count=1):
+    """Reorder address infos so families alternate (RFC 8305, section 4).
+
+    The first ``first_address_family_count`` entries of the first family
+    come first, then one of each family in turn.
+    """
+    by_family: dict[int, list] = {}
+    for info in addrinfos:
+        by_family.setdefault(info[0], []).append(info)
+    queues = list(by_family.values())
+    ordered = []
+    if first_address_family_count > 1 and queues:
+        head = first_address_family_count - 1
+        ordered.extend(queues[0][:head])
+        del queues[0][:head]
+    longest = max((len(q) for q in queues), default=0)
+    for i in range(longest):
+        for q in queues:
+            if i < len(q):
+                ordered.append(q[i])
+    return ordered

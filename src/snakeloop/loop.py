@@ -5,7 +5,7 @@ The class is assembled from small parts, each in its own module:
 * ``_core.runloop.CoreLoop``: the ready deque, timer heap, ``run_once``,
   ``call_soon``/``call_later``/``call_at``, the fd dispatch table;
 * ``errors``, ``debug``, ``asyncgens``, ``executors``, ``dns``,
-  ``signals``: mixins with one job each;
+  ``signals``, ``network``: mixins with one job each;
 * this module: running and closing, futures and tasks, and readiness
   registration (``add_reader`` & co.).
 
@@ -37,6 +37,7 @@ from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import ExecutorMixin
+from .network import NetworkMixin
 from .signals import SignalsMixin
 
 __all__ = ["Loop"]
@@ -80,6 +81,7 @@ class Loop(
     ExecutorMixin,
     DnsMixin,
     SignalsMixin,
+    NetworkMixin,
     asyncio.AbstractEventLoop,
 ):
     """An asyncio event loop written in Python.
@@ -116,6 +118,7 @@ class Loop(
         self._init_asyncgens()
         self._init_executors()
         self._init_signals()
+        self._init_network()
 
     def __repr__(self) -> str:
         return (

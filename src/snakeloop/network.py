@@ -1,0 +1,888 @@
+"""TCP and Unix stream connections and servers.
+
+``create_connection``, ``create_server``, ``connect_accepted_socket``, the
+Unix variants and ``Server``, with asyncio's argument checks and messages.
+
+OS facts this module relies on:
+
+* ``accept()`` on a non-blocking listening socket raises ``BlockingIOError``
+  once the backlog is empty; up to ``backlog`` connections are accepted per
+  readiness event, so one busy listener cannot starve the loop.
+* When the process is out of fds (``EMFILE``/``ENFILE``) or memory
+  (``ENOBUFS``/``ENOMEM``), the listening socket stays readable with the
+  connection still queued in the kernel.  Polling it again at once would
+  spin.  snakeloop stops watching that socket for one second
+  (``ACCEPT_RETRY_DELAY``) and then tries again: pending connections wait
+  in the kernel's backlog instead of being accepted and dropped (libuv's
+  choice).  The exception handler hears of it once per episode, not once
+  per retry, so a long fd shortage does not flood the log.
+* ``IPV6_V6ONLY`` is set on IPv6 listeners, so an IPv4 and an IPv6 socket
+  can both bind the same port when a host resolves to both families.
+* A Unix socket path left by a dead server makes ``bind`` fail with
+  ``EADDRINUSE``; a path that is a socket is removed before binding.
+  Abstract-namespace paths (leading NUL) have no file to remove.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import errno
+import itertools
+import logging
+import os
+import socket
+import stat
+import sys
+import weakref
+from asyncio import constants, events, exceptions, tasks, trsock
+
+from .dns import ensure_resolved, interleave_addrinfos
+from .happy_eyeballs import staggered_connect
+from .transports.stream import SocketTransport
+
+try:
+    import ssl as _ssl
+except ImportError:  # pragma: no cover
+    _ssl = None
+
+__all__ = ["NetworkMixin", "Server"]
+
+logger = logging.getLogger("asyncio")
+
+_PY312 = sys.version_info >= (3, 12)
+_PY313 = sys.version_info >= (3, 13)
+_HAS_IPV6 = hasattr(socket, "AF_INET6")
+
+
+def _check_ssl_socket(sock):
+    if _ssl is not None and isinstance(sock, _ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
+
+
+def _set_reuseport(sock):
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ValueError("reuse_port not supported by socket module")
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    except OSError:
+        raise ValueError(
+            "reuse_port not supported by socket module, SO_REUSEPORT defined but not implemented."
+        ) from None
+
+
+class Server(events.AbstractServer):
+    """Listening sockets and the connections accepted through them."""
+
+    def __init__(
+        self,
+        loop,
+        sockets,
+        protocol_factory,
+        ssl_context,
+        backlog,
+        ssl_handshake_timeout,
+        ssl_shutdown_timeout=None,
+    ):
+        self._loop = loop
+        self._sockets = sockets
+        # Weak: a transport nobody references must still be collectable, so
+        # its "unclosed transport" warning can fire.
+        self._clients = weakref.WeakSet()
+        self._waiters = []
+        self._protocol_factory = protocol_factory
+        self._backlog = backlog
+        self._ssl_context = ssl_context
+        self._ssl_handshake_timeout = ssl_handshake_timeout
+        self._ssl_shutdown_timeout = ssl_shutdown_timeout
+        self._serving = False
+        self._serving_forever_fut = None
+
+    def __repr__(self):
+        return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
+
+    def _attach(self, transport):
+        self._clients.add(transport)
+
+    def _detach(self, transport):
+        self._clients.discard(transport)
+        if len(self._clients) == 0 and self._sockets is None:
+            self._wakeup()
+
+    def _wakeup(self):
+        waiters = self._waiters
+        self._waiters = None
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None if _PY312 else waiter)
+
+    def _start_serving(self):
+        if self._serving:
+            return
+        self._serving = True
+        for sock in self._sockets:
+            sock.listen(self._backlog)
+            self._loop._start_serving(
+                self._protocol_factory,
+                sock,
+                self._ssl_context,
+                self,
+                self._backlog,
+                self._ssl_handshake_timeout,
+                self._ssl_shutdown_timeout,
+            )
+
+    def get_loop(self):
+        return self._loop
+
+    def is_serving(self):
+        return self._serving
+
+    @property
+    def sockets(self):
+        if self._sockets is None:
+            return ()
+        return tuple(trsock.TransportSocket(s) for s in self._sockets)
+
+    def close(self):
+        sockets = self._sockets
+        if sockets is None:
+            return
+        self._sockets = None
+        for sock in sockets:
+            self._loop._stop_serving(sock)
+        self._serving = False
+        if self._serving_forever_fut is not None and not self._serving_forever_fut.done():
+            self._serving_forever_fut.cancel()
+            self._serving_forever_fut = None
+        if len(self._clients) == 0:
+            self._wakeup()
+
+    if _PY313:
+
+        def close_clients(self):
+            for transport in self._clients.copy():
+                transport.close()
+
+        def abort_clients(self):
+            for transport in self._clients.copy():
+                transport.abort()
+
+    async def start_serving(self):
+        self._start_serving()
+        # One iteration, so the listening sockets are registered on return.
+        await tasks.sleep(0)
+
+    async def serve_forever(self):
+        if self._serving_forever_fut is not None:
+            raise RuntimeError(f"server {self!r} is already being awaited on serve_forever()")
+        if self._sockets is None:
+            raise RuntimeError(f"server {self!r} is closed")
+        self._start_serving()
+        self._serving_forever_fut = self._loop.create_future()
+        try:
+            await self._serving_forever_fut
+        except exceptions.CancelledError:
+            try:
+                self.close()
+                await self.wait_closed()
+            finally:
+                raise
+        finally:
+            self._serving_forever_fut = None
+
+    async def wait_closed(self):
+        if _PY312:
+            # Wait until the server is closed and every connection is gone.
+            if self._waiters is None:
+                return
+        elif self._sockets is None or self._waiters is None:
+            # 3.11 returns at once once the server is closed.
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+
+class NetworkMixin:
+    """Stream connections and servers for the loop."""
+
+    def _init_network(self):
+        self._unix_server_sockets = {}
+        # Listening fds whose accept() ran out of resources; reported once.
+        self._accept_starved = set()
+
+    # -- transports --------------------------------------------------------------
+
+    def _make_stream_transport(
+        self,
+        sock,
+        protocol,
+        waiter,
+        *,
+        extra=None,
+        server=None,
+        sslcontext=None,
+        server_side=False,
+        server_hostname=None,
+        ssl_handshake_timeout=None,
+        ssl_shutdown_timeout=None,
+    ):
+        if not sslcontext:
+            return SocketTransport(self, sock, protocol, waiter, extra, server)
+        from .transports.tls import SSLProtocol
+
+        ssl_protocol = SSLProtocol(
+            self,
+            protocol,
+            None if isinstance(sslcontext, bool) else sslcontext,
+            waiter,
+            server_side,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        SocketTransport(self, sock, ssl_protocol, extra=extra, server=server)
+        return ssl_protocol._app_transport
+
+    async def _create_connection_transport(
+        self,
+        sock,
+        protocol_factory,
+        ssl,
+        server_hostname,
+        server_side=False,
+        ssl_handshake_timeout=None,
+        ssl_shutdown_timeout=None,
+    ):
+        sock.setblocking(False)
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        transport = self._make_stream_transport(
+            sock,
+            protocol,
+            waiter,
+            sslcontext=ssl,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        try:
+            await waiter
+        except BaseException:
+            transport.close()
+            raise
+        return transport, protocol
+
+    # -- client connections --------------------------------------------------
+
+    async def _connect_sock(self, exceptions, addr_info, local_addr_infos=None):
+        """One connection attempt; its errors go to ``exceptions``."""
+        my_exceptions = []
+        exceptions.append(my_exceptions)
+        family, type_, proto, _, address = addr_info
+        sock = None
+        try:
+            sock = socket.socket(family=family, type=type_, proto=proto)
+            sock.setblocking(False)
+            if local_addr_infos is not None:
+                for lfamily, _, _, _, laddr in local_addr_infos:
+                    if lfamily != family:
+                        continue
+                    try:
+                        sock.bind(laddr)
+                        break
+                    except OSError as exc:
+                        msg = (
+                            f"error while attempting to bind on address {laddr!r}: "
+                            f"{exc.strerror.lower()}"
+                        )
+                        my_exceptions.append(OSError(exc.errno, msg))
+                else:
+                    if my_exceptions:
+                        raise my_exceptions.pop()
+                    raise OSError(f"no matching local address with {family=} found")
+            await self.sock_connect(sock, address)
+            return sock
+        except OSError as exc:
+            my_exceptions.append(exc)
+            if sock is not None:
+                sock.close()
+            raise
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            raise
+        finally:
+            exceptions = my_exceptions = None
+
+    async def _create_connection(
+        self,
+        protocol_factory,
+        host,
+        port,
+        ssl,
+        family,
+        proto,
+        flags,
+        sock,
+        local_addr,
+        server_hostname,
+        ssl_handshake_timeout,
+        ssl_shutdown_timeout,
+        happy_eyeballs_delay,
+        interleave,
+        all_errors,
+    ):
+        if server_hostname is not None and not ssl:
+            raise ValueError("server_hostname is only meaningful with ssl")
+        if server_hostname is None and ssl:
+            if not host:
+                raise ValueError("You must set server_hostname when using ssl without a host")
+            server_hostname = host
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+        if sock is not None:
+            _check_ssl_socket(sock)
+        if happy_eyeballs_delay is not None and interleave is None:
+            # RFC 8305 recommends a first-address-family count of 1.
+            interleave = 1
+
+        if host is not None or port is not None:
+            if sock is not None:
+                raise ValueError("host/port and sock can not be specified at the same time")
+            infos = await ensure_resolved(
+                self, (host, port), family=family, type=socket.SOCK_STREAM, proto=proto,
+                flags=flags,
+            )
+            if not infos:
+                raise OSError("getaddrinfo() returned empty list")
+            if local_addr is not None:
+                laddr_infos = await ensure_resolved(
+                    self, local_addr, family=family, type=socket.SOCK_STREAM, proto=proto,
+                    flags=flags,
+                )
+                if not laddr_infos:
+                    raise OSError("getaddrinfo() returned empty list")
+            else:
+                laddr_infos = None
+            if interleave:
+                infos = interleave_addrinfos(infos, interleave)
+
+            errors = []
+            if happy_eyeballs_delay is None:
+                for addrinfo in infos:
+                    try:
+                        sock = await self._connect_sock(errors, addrinfo, laddr_infos)
+                        break
+                    except OSError:
+                        continue
+            else:
+                sock = await staggered_connect(
+                    [self._connect_attempt(errors, info, laddr_infos) for info in infos],
+                    happy_eyeballs_delay,
+                )
+            if sock is None:
+                flat = [exc for sub in errors for exc in sub]
+                try:
+                    if all_errors:
+                        raise ExceptionGroup("create_connection failed", flat)
+                    if len(flat) == 1:
+                        raise flat[0]
+                    model = str(flat[0])
+                    if all(str(exc) == model for exc in flat):
+                        raise flat[0]
+                    raise OSError(
+                        "Multiple exceptions: {}".format(", ".join(str(exc) for exc in flat))
+                    )
+                finally:
+                    flat = errors = None
+        else:
+            if sock is None:
+                raise ValueError("host and port was not specified and no sock specified")
+            if sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+
+        transport, protocol = await self._create_connection_transport(
+            sock,
+            protocol_factory,
+            ssl,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        if self._debug:
+            sock = transport.get_extra_info("socket")
+            logger.debug(
+                "%r connected to %s:%r: (%r, %r)", sock, host, port, transport, protocol
+            )
+        return transport, protocol
+
+    def _connect_attempt(self, errors, addrinfo, laddr_infos):
+        """A zero-argument coroutine function for one staggered attempt."""
+
+        async def attempt():
+            return await self._connect_sock(errors, addrinfo, laddr_infos)
+
+        return attempt
+
+    if _PY312:
+
+        async def create_connection(
+            self, protocol_factory, host=None, port=None, *, ssl=None, family=0, proto=0,
+            flags=0, sock=None, local_addr=None, server_hostname=None,
+            ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+            happy_eyeballs_delay=None, interleave=None, all_errors=False,
+        ):
+            """Open a TCP connection; return ``(transport, protocol)``."""
+            return await self._create_connection(
+                protocol_factory, host, port, ssl, family, proto, flags, sock, local_addr,
+                server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout,
+                happy_eyeballs_delay, interleave, all_errors,
+            )
+
+    else:
+
+        async def create_connection(
+            self, protocol_factory, host=None, port=None, *, ssl=None, family=0, proto=0,
+            flags=0, sock=None, local_addr=None, server_hostname=None,
+            ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+            happy_eyeballs_delay=None, interleave=None,
+        ):
+            """Open a TCP connection; return ``(transport, protocol)``."""
+            return await self._create_connection(
+                protocol_factory, host, port, ssl, family, proto, flags, sock, local_addr,
+                server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout,
+                happy_eyeballs_delay, interleave, False,
+            )
+
+    async def connect_accepted_socket(
+        self, protocol_factory, sock, *, ssl=None, ssl_handshake_timeout=None,
+        ssl_shutdown_timeout=None,
+    ):
+        """Wrap an already accepted socket in a transport."""
+        if sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+        _check_ssl_socket(sock)
+        transport, protocol = await self._create_connection_transport(
+            sock,
+            protocol_factory,
+            ssl,
+            "",
+            server_side=True,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        if self._debug:
+            sock = transport.get_extra_info("socket")
+            logger.debug("%r handled: (%r, %r)", sock, transport, protocol)
+        return transport, protocol
+
+    async def create_unix_connection(
+        self, protocol_factory, path=None, *, ssl=None, sock=None, server_hostname=None,
+        ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+    ):
+        """Open a Unix stream connection; return ``(transport, protocol)``."""
+        assert server_hostname is None or isinstance(server_hostname, str)
+        if ssl:
+            if server_hostname is None:
+                raise ValueError("you have to pass server_hostname when using ssl")
+        else:
+            if server_hostname is not None:
+                raise ValueError("server_hostname is only meaningful with ssl")
+            if ssl_handshake_timeout is not None:
+                raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+            if ssl_shutdown_timeout is not None:
+                raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+        if path is not None:
+            if sock is not None:
+                raise ValueError("path and sock can not be specified at the same time")
+            path = os.fspath(path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)
+            try:
+                sock.setblocking(False)
+                await self.sock_connect(sock, path)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            if sock is None:
+                raise ValueError("no path and sock were specified")
+            if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+            sock.setblocking(False)
+        return await self._create_connection_transport(
+            sock,
+            protocol_factory,
+            ssl,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+
+    # -- servers ----------------------------------------------------------------
+
+    async def _server_addrinfos(self, host, port, family, flags):
+        infos = await ensure_resolved(
+            self, (host, port), family=family, type=socket.SOCK_STREAM, flags=flags
+        )
+        if not infos:
+            raise OSError(f"getaddrinfo({host!r}) returned empty list")
+        return infos
+
+    async def _create_server(
+        self, protocol_factory, host, port, family, flags, sock, backlog, ssl, reuse_address,
+        reuse_port, keep_alive, ssl_handshake_timeout, ssl_shutdown_timeout, start_serving,
+    ):
+        if isinstance(ssl, bool):
+            raise TypeError("ssl argument must be an SSLContext or None")
+        if ssl_handshake_timeout is not None and ssl is None:
+            raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and ssl is None:
+            raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+        if sock is not None:
+            _check_ssl_socket(sock)
+        if host is not None or port is not None:
+            if sock is not None:
+                raise ValueError("host/port and sock can not be specified at the same time")
+            if reuse_address is None:
+                reuse_address = os.name == "posix" and sys.platform != "cygwin"
+            sockets = []
+            if host == "":
+                hosts = [None]
+            elif isinstance(host, str) or not isinstance(host, collections.abc.Iterable):
+                hosts = [host]
+            else:
+                hosts = host
+            found = await tasks.gather(
+                *[self._server_addrinfos(h, port, family, flags) for h in hosts]
+            )
+            infos = set(itertools.chain.from_iterable(found))
+            completed = False
+            try:
+                for af, socktype, proto, _canonname, sa in infos:
+                    try:
+                        sock = socket.socket(af, socktype, proto)
+                    except OSError:
+                        # The address family is not supported here.
+                        if self._debug:
+                            logger.warning(
+                                "create_server() failed to create socket.socket(%r, %r, %r)",
+                                af, socktype, proto, exc_info=True,
+                            )
+                        continue
+                    sockets.append(sock)
+                    if reuse_address:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
+                    if reuse_port:
+                        _set_reuseport(sock)
+                    if keep_alive:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, True)
+                    if _HAS_IPV6 and af == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+                    try:
+                        sock.bind(sa)
+                    except OSError as err:
+                        msg = "error while attempting to bind on address {!r}: {}".format(
+                            sa, str(err.strerror).lower()
+                        )
+                        if err.errno == errno.EADDRNOTAVAIL:
+                            # The family is not enabled on this host.
+                            sockets.pop()
+                            sock.close()
+                            if self._debug:
+                                logger.warning(msg)
+                            continue
+                        raise OSError(err.errno, msg) from None
+                if not sockets:
+                    raise OSError(
+                        "could not bind on any address out of {!r}".format(
+                            [info[4] for info in infos]
+                        )
+                    )
+                completed = True
+            finally:
+                if not completed:
+                    for s in sockets:
+                        s.close()
+        else:
+            if sock is None:
+                raise ValueError("Neither host/port nor sock were specified")
+            if sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+            sockets = [sock]
+
+        for s in sockets:
+            s.setblocking(False)
+        server = Server(
+            self, sockets, protocol_factory, ssl, backlog, ssl_handshake_timeout,
+            ssl_shutdown_timeout,
+        )
+        if start_serving:
+            server._start_serving()
+            await tasks.sleep(0)
+        if self._debug:
+            logger.info("%r is serving", server)
+        return server
+
+    if _PY313:
+
+        async def create_server(
+            self, protocol_factory, host=None, port=None, *, family=socket.AF_UNSPEC,
+            flags=socket.AI_PASSIVE, sock=None, backlog=100, ssl=None, reuse_address=None,
+            reuse_port=None, keep_alive=None, ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None, start_serving=True,
+        ):
+            """Listen on ``host``/``port`` (or ``sock``); return a Server."""
+            return await self._create_server(
+                protocol_factory, host, port, family, flags, sock, backlog, ssl,
+                reuse_address, reuse_port, keep_alive, ssl_handshake_timeout,
+                ssl_shutdown_timeout, start_serving,
+            )
+
+    else:
+
+        async def create_server(
+            self, protocol_factory, host=None, port=None, *, family=socket.AF_UNSPEC,
+            flags=socket.AI_PASSIVE, sock=None, backlog=100, ssl=None, reuse_address=None,
+            reuse_port=None, ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+            start_serving=True,
+        ):
+            """Listen on ``host``/``port`` (or ``sock``); return a Server."""
+            return await self._create_server(
+                protocol_factory, host, port, family, flags, sock, backlog, ssl,
+                reuse_address, reuse_port, None, ssl_handshake_timeout,
+                ssl_shutdown_timeout, start_serving,
+            )
+
+    async def _create_unix_server(
+        self, protocol_factory, path, sock, backlog, ssl, ssl_handshake_timeout,
+        ssl_shutdown_timeout, start_serving, cleanup_socket,
+    ):
+        if isinstance(ssl, bool):
+            raise TypeError("ssl argument must be an SSLContext or None")
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+        if path is not None:
+            if sock is not None:
+                raise ValueError("path and sock can not be specified at the same time")
+            path = os.fspath(path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if path[0] not in (0, "\x00"):
+                # A socket file left by a server that is gone: remove it.
+                try:
+                    if stat.S_ISSOCK(os.stat(path).st_mode):
+                        os.remove(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
+            try:
+                sock.bind(path)
+            except OSError as exc:
+                sock.close()
+                if exc.errno == errno.EADDRINUSE:
+                    raise OSError(errno.EADDRINUSE, f"Address {path!r} is already in use") from None
+                raise
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            if sock is None:
+                raise ValueError("path was not specified, and no sock specified")
+            if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+        if cleanup_socket:
+            bound = sock.getsockname()
+            if bound and bound[0] not in (0, "\x00"):
+                try:
+                    self._unix_server_sockets[sock] = os.stat(bound).st_ino
+                except FileNotFoundError:
+                    pass
+        sock.setblocking(False)
+        server = Server(
+            self, [sock], protocol_factory, ssl, backlog, ssl_handshake_timeout,
+            ssl_shutdown_timeout,
+        )
+        if start_serving:
+            server._start_serving()
+            await tasks.sleep(0)
+        return server
+
+    if _PY313:
+
+        async def create_unix_server(
+            self, protocol_factory, path=None, *, sock=None, backlog=100, ssl=None,
+            ssl_handshake_timeout=None, ssl_shutdown_timeout=None, start_serving=True,
+            cleanup_socket=True,
+        ):
+            """Listen on a Unix socket; return a Server."""
+            return await self._create_unix_server(
+                protocol_factory, path, sock, backlog, ssl, ssl_handshake_timeout,
+                ssl_shutdown_timeout, start_serving, cleanup_socket,
+            )
+
+    else:
+
+        async def create_unix_server(
+            self, protocol_factory, path=None, *, sock=None, backlog=100, ssl=None,
+            ssl_handshake_timeout=None, ssl_shutdown_timeout=None, start_serving=True,
+        ):
+            """Listen on a Unix socket; return a Server."""
+            return await self._create_unix_server(
+                protocol_factory, path, sock, backlog, ssl, ssl_handshake_timeout,
+                ssl_shutdown_timeout, start_serving, False,
+            )
+
+    # -- accepting ---------------------------------------------------------------
+
+    def _start_serving(
+        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100,
+        ssl_handshake_timeout=constants.SSL_HANDSHAKE_TIMEOUT,
+        ssl_shutdown_timeout=constants.SSL_SHUTDOWN_TIMEOUT,
+    ):
+        self._add_reader(
+            sock.fileno(), self._accept_connection, protocol_factory, sock, sslcontext,
+            server, backlog, ssl_handshake_timeout, ssl_shutdown_timeout,
+        )
+
+    def _stop_serving(self, sock):
+        self._accept_starved.discard(sock.fileno())
+        self._remove_reader(sock.fileno())
+        path = None
+        prev_ino = self._unix_server_sockets.pop(sock, None)
+        if prev_ino is not None:
+            path = sock.getsockname()
+        sock.close()
+        if path is not None:
+            # Remove the socket file this server created, unless another
+            # server has bound the same path since.
+            try:
+                if os.stat(path).st_ino == prev_ino:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
+
+    def _accept_connection(
+        self, protocol_factory, sock, sslcontext, server, backlog, ssl_handshake_timeout,
+        ssl_shutdown_timeout,
+    ):
+        for _ in range(backlog):
+            try:
+                conn, addr = sock.accept()
+                if self._debug:
+                    logger.debug("%r got a new connection from %r: %r", server, addr, conn)
+                conn.setblocking(False)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                # Nothing left to accept, or the peer gave up already.
+                self._accept_starved.discard(sock.fileno())
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                self._pause_accepting(
+                    exc, protocol_factory, sock, sslcontext, server, backlog,
+                    ssl_handshake_timeout, ssl_shutdown_timeout,
+                )
+                return
+            self._accept_starved.discard(sock.fileno())
+            extra = {"peername": addr}
+            if sslcontext:
+                self.create_task(
+                    self._accept_tls_connection(
+                        protocol_factory, conn, extra, sslcontext, server,
+                        ssl_handshake_timeout, ssl_shutdown_timeout,
+                    )
+                )
+            else:
+                self._accept_plain_connection(protocol_factory, conn, extra, server)
+
+    def _pause_accepting(
+        self, exc, protocol_factory, sock, sslcontext, server, backlog, ssl_handshake_timeout,
+        ssl_shutdown_timeout,
+    ):
+        fd = sock.fileno()
+        if fd not in self._accept_starved:
+            self._accept_starved.add(fd)
+            self.call_exception_handler(
+                {
+                    "message": "socket.accept() out of system resource",
+                    "exception": exc,
+                    "socket": trsock.TransportSocket(sock),
+                }
+            )
+        self._remove_reader(fd)
+        self.call_later(
+            constants.ACCEPT_RETRY_DELAY, self._resume_accepting, protocol_factory, sock,
+            sslcontext, server, backlog, ssl_handshake_timeout, ssl_shutdown_timeout,
+        )
+
+    def _resume_accepting(self, protocol_factory, sock, *args):
+        if sock.fileno() < 0:
+            return  # the server was closed meanwhile
+        self._start_serving(protocol_factory, sock, *args)
+
+    def _accept_plain_connection(self, protocol_factory, conn, extra, server):
+        # No task per connection: the transport schedules connection_made.
+        protocol = None
+        try:
+            protocol = protocol_factory()
+            SocketTransport(self, conn, protocol, None, extra, server)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            conn.close()
+            if self._debug:
+                context = {
+                    "message": "Error on transport creation for incoming connection",
+                    "exception": exc,
+                }
+                if protocol is not None:
+                    context["protocol"] = protocol
+                self.call_exception_handler(context)
+
+    async def _accept_tls_connection(
+        self, protocol_factory, conn, extra, sslcontext, server, ssl_handshake_timeout,
+        ssl_shutdown_timeout,
+    ):
+        protocol = None
+        transport = None
+        try:
+            protocol = protocol_factory()
+            waiter = self.create_future()
+            transport = self._make_stream_transport(
+                conn, protocol, waiter, extra=extra, server=server, sslcontext=sslcontext,
+                server_side=True, ssl_handshake_timeout=ssl_handshake_timeout,
+                ssl_shutdown_timeout=ssl_shutdown_timeout,
+            )
+            try:
+                await waiter
+            except BaseException:
+                transport.close()
+                # The handshake task is done with this connection; drop the
+                # references so the transport is not kept alive by the frame.
+                waiter = None
+                raise
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            if self._debug:
+                context = {
+                    "message": "Error on transport creation for incoming connection",
+                    "exception": exc,
+                }
+                if protocol is not None:
+                    context["protocol"] = protocol
+                if transport is not None:
+                    context["transport"] = transport
+                self.call_exception_handler(context)

@@ -1,0 +1,460 @@
+"""Stream transports for connected TCP and Unix sockets.
+
+OS facts this module relies on:
+
+* The socket is non-blocking.  ``send`` may take only part of the data
+  (or none: ``BlockingIOError``); the rest waits in the write buffer until
+  epoll reports the socket writable.  ``recv`` returns ``b""`` only at EOF.
+* A write is tried at once when the buffer is empty, so a small reply costs
+  one syscall and no poll.  ``sendmsg`` sends many buffered chunks in one
+  syscall, up to ``SC_IOV_MAX`` of them.
+* Reads go into one reusable 256 KiB buffer per loop and are copied out
+  as ``bytes`` of the received size.  Asking ``recv`` for 256 KiB instead
+  makes glibc serve each call with mmap/munmap in a fresh process, which
+  costs several times the copy.
+* ``shutdown(SHUT_WR)`` sends FIN after everything queued in the kernel;
+  the socket stays readable (half-close).
+* ``TCP_NODELAY`` is set on TCP sockets: request/response protocols would
+  otherwise wait for Nagle's algorithm on every small write.
+* The fd is unregistered from epoll before the socket is closed, so a
+  reused fd number never inherits this transport's registration.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import socket
+import sys
+import warnings
+from asyncio import constants, protocols, transports, trsock
+
+from .flowcontrol import FlowControlMixin
+
+__all__ = ["SocketTransport", "set_nodelay"]
+
+logger = logging.getLogger("asyncio")
+
+_PY312 = sys.version_info >= (3, 12)
+_PY313 = sys.version_info >= (3, 13)
+_HAS_SENDMSG = hasattr(socket.socket, "sendmsg")
+try:
+    _IOV_MAX = max(16, __import__("os").sysconf("SC_IOV_MAX"))
+except (AttributeError, ValueError, OSError):
+    _IOV_MAX = 16
+
+RECV_BUFFER_SIZE = 256 * 1024
+
+
+def set_nodelay(sock):
+    if (
+        hasattr(socket, "TCP_NODELAY")
+        and sock.family in (socket.AF_INET, socket.AF_INET6)
+        and sock.type == socket.SOCK_STREAM
+        and sock.proto == socket.IPPROTO_TCP
+    ):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _set_result_unless_cancelled(fut, result):
+    if not fut.cancelled():
+        fut.set_result(result)
+
+
+def _recv_buffer(loop):
+    """The loop's shared read buffer (reads never interleave on one loop)."""
+    view = getattr(loop, "_stream_recv_view", None)
+    if view is None:
+        view = memoryview(bytearray(RECV_BUFFER_SIZE))
+        loop._stream_recv_view = view
+    return view
+
+
+class SocketTransport(FlowControlMixin, transports.Transport):
+    """A connected TCP or Unix stream socket, driven by readiness callbacks."""
+
+    _start_tls_compatible = True
+    _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
+    max_size = RECV_BUFFER_SIZE
+    _sock = None
+    _loop = None
+
+    def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
+        transports.Transport.__init__(self, extra)
+        self._loop = loop
+        self._extra["socket"] = trsock.TransportSocket(sock)
+        try:
+            self._extra["sockname"] = sock.getsockname()
+        except OSError:
+            self._extra["sockname"] = None
+        if "peername" not in self._extra:
+            try:
+                self._extra["peername"] = sock.getpeername()
+            except OSError:
+                self._extra["peername"] = None
+        self._sock = sock
+        self._sock_fd = sock.fileno()
+        self._recv_view = _recv_buffer(loop)
+        self._protocol_connected = False
+        self._read_callback = None
+        self.set_protocol(protocol)
+        self._server = server
+        self._buffer = collections.deque()
+        self._buffer_size = 0
+        self._conn_lost = 0  # >0 once connection_lost is scheduled
+        self._closing = False
+        self._paused = False
+        self._eof = False
+        self._empty_waiter = None
+        self._set_write_buffer_limits()
+        if server is not None:
+            server._attach(self)
+        loop._transports[self._sock_fd] = self
+        set_nodelay(sock)
+        loop.call_soon(self._protocol.connection_made, self)
+        # Reading starts after connection_made has run.
+        loop.call_soon(self._add_reader)
+        if waiter is not None:
+            loop.call_soon(_set_result_unless_cancelled, waiter, None)
+
+    def __repr__(self):
+        info = [self.__class__.__name__]
+        if self._sock is None:
+            info.append("closed")
+        elif self._closing:
+            info.append("closing")
+        info.append(f"fd={self._sock_fd}")
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            info.append("read=polling" if self._sock_fd in loop._readers else "read=idle")
+            state = "polling" if self._sock_fd in loop._writers else "idle"
+            info.append(f"write=<{state}, bufsize={self.get_write_buffer_size()}>")
+        return "<{}>".format(" ".join(info))
+
+    def __del__(self, _warn=warnings.warn):
+        if self._sock is not None:
+            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            self._sock.close()
+
+    # -- protocol --------------------------------------------------------------
+
+    def set_protocol(self, protocol):
+        if isinstance(protocol, protocols.BufferedProtocol):
+            callback = self._read_into_protocol_buffer
+        else:
+            callback = self._read_data
+        previous = self._read_callback
+        self._read_callback = callback
+        self._protocol = protocol
+        self._protocol_connected = True
+        if (
+            previous is not None
+            and previous != callback
+            and self._loop is not None
+            and self._sock_fd in self._loop._readers
+        ):
+            # Switch the registered reader to the new kind of protocol.
+            self._loop._add_reader(self._sock_fd, callback)
+
+    def get_protocol(self):
+        return self._protocol
+
+    # -- reading ---------------------------------------------------------------
+
+    def is_closing(self):
+        return self._closing
+
+    def is_reading(self):
+        return not self._closing and not self._paused
+
+    def pause_reading(self):
+        if not self.is_reading():
+            return
+        self._paused = True
+        self._loop._remove_reader(self._sock_fd)
+        if self._loop.get_debug():
+            logger.debug("%r pauses reading", self)
+
+    def resume_reading(self):
+        if self._closing or not self._paused:
+            return
+        self._paused = False
+        self._add_reader()
+        if self._loop.get_debug():
+            logger.debug("%r resumes reading", self)
+
+    def _add_reader(self):
+        if not self.is_reading():
+            return
+        self._loop._add_reader(self._sock_fd, self._read_callback)
+
+    def _read_data(self):
+        if self._conn_lost:
+            return
+        view = self._recv_view
+        try:
+            nbytes = self._sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not nbytes:
+            self._read_eof()
+            return
+        try:
+            self._protocol.data_received(bytes(view[:nbytes]))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+    def _read_into_protocol_buffer(self):
+        if self._conn_lost:
+            return
+        try:
+            buf = self._protocol.get_buffer(-1)
+            if not len(buf):
+                raise RuntimeError("get_buffer() returned an empty buffer")
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
+            return
+        try:
+            nbytes = self._sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not nbytes:
+            self._read_eof()
+            return
+        try:
+            self._protocol.buffer_updated(nbytes)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
+
+    def _read_eof(self):
+        if self._loop.get_debug():
+            logger.debug("%r received EOF", self)
+        try:
+            keep_open = self._protocol.eof_received()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.eof_received() call failed.")
+            return
+        if keep_open:
+            # Half-closed: the protocol may still write.
+            self._loop._remove_reader(self._sock_fd)
+        else:
+            self.close()
+
+    # -- writing ---------------------------------------------------------------
+
+    def get_write_buffer_size(self):
+        return self._buffer_size
+
+    def write(self, data):
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+            )
+        if self._eof:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if self._empty_waiter is not None:
+            raise RuntimeError("unable to write; sendfile is in progress")
+        if not data:
+            return
+        if self._conn_lost:
+            if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                logger.warning("socket.send() raised exception.")
+            self._conn_lost += 1
+            return
+        if not self._buffer:
+            try:
+                n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on socket transport")
+                return
+            if n == len(data):
+                return
+            if n:
+                data = memoryview(data)[n:]
+            self._loop._add_writer(self._sock_fd, self._write_ready)
+        self._buffer_data(data)
+        self._maybe_pause_protocol()
+
+    def _buffer_data(self, data):
+        # Keep a private copy of mutable buffers: the caller may reuse its
+        # bytearray as soon as write() returns.
+        if type(data) is not bytes:
+            data = bytes(data)
+        self._buffer.append(data)
+        self._buffer_size += len(data)
+
+    if _PY312:
+
+        def writelines(self, list_of_data):
+            if self._eof:
+                raise RuntimeError("Cannot call writelines() after write_eof()")
+            if self._empty_waiter is not None:
+                raise RuntimeError("unable to writelines; sendfile is in progress")
+            if not list_of_data:
+                return
+            was_empty = not self._buffer
+            for data in list_of_data:
+                self._buffer_data(data)
+            if self._conn_lost:
+                return
+            if was_empty:
+                self._write_ready()
+                if self._buffer:
+                    self._loop._add_writer(self._sock_fd, self._write_ready)
+            self._maybe_pause_protocol()
+
+    def _write_ready(self):
+        if self._conn_lost or not self._buffer:
+            return
+        buffer = self._buffer
+        try:
+            if len(buffer) == 1 or not _HAS_SENDMSG:
+                sent = self._sock.send(buffer[0])
+            else:
+                sent = self._sock.sendmsg(itertools.islice(buffer, _IOV_MAX))
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._loop._remove_writer(self._sock_fd)
+            buffer.clear()
+            self._buffer_size = 0
+            self._fatal_error(exc, "Fatal write error on socket transport")
+            if self._empty_waiter is not None:
+                self._empty_waiter.set_exception(exc)
+            return
+        self._consume(sent)
+        self._maybe_resume_protocol()  # may write more
+        if not self._buffer:
+            self._loop._remove_writer(self._sock_fd)
+            if self._empty_waiter is not None:
+                self._empty_waiter.set_result(None)
+            if self._closing:
+                self._call_connection_lost(None)
+            elif self._eof:
+                self._sock.shutdown(socket.SHUT_WR)
+
+    def _consume(self, nbytes):
+        """Drop ``nbytes`` sent bytes from the front of the buffer."""
+        self._buffer_size -= nbytes
+        buffer = self._buffer
+        while nbytes:
+            chunk = buffer[0]
+            size = len(chunk)
+            if size <= nbytes:
+                buffer.popleft()
+                nbytes -= size
+            else:
+                buffer[0] = memoryview(chunk)[nbytes:]
+                break
+
+    def write_eof(self):
+        if self._closing or self._eof:
+            return
+        self._eof = True
+        if not self._buffer:
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def can_write_eof(self):
+        return True
+
+    # -- sendfile support (used by loop.sendfile) ----------------------------
+
+    def _make_empty_waiter(self):
+        if self._empty_waiter is not None:
+            raise RuntimeError("Empty waiter is already set")
+        self._empty_waiter = self._loop.create_future()
+        if not self._buffer:
+            self._empty_waiter.set_result(None)
+        return self._empty_waiter
+
+    def _reset_empty_waiter(self):
+        self._empty_waiter = None
+
+    # -- closing ---------------------------------------------------------------
+
+    def close(self):
+        if self._closing:
+            return
+        self._closing = True
+        self._loop._remove_reader(self._sock_fd)
+        if not self._buffer:
+            self._conn_lost += 1
+            self._loop._remove_writer(self._sock_fd)
+            self._loop.call_soon(self._call_connection_lost, None)
+        # Otherwise _write_ready calls connection_lost once the buffer is out.
+
+    def abort(self):
+        self._force_close(None)
+
+    def _fatal_error(self, exc, message="Fatal error on transport"):
+        if isinstance(exc, OSError):
+            # Resets and broken pipes are the peer's doing, not a bug here.
+            if self._loop.get_debug():
+                logger.debug("%r: %s", self, message, exc_info=True)
+        else:
+            self._loop.call_exception_handler(
+                {
+                    "message": message,
+                    "exception": exc,
+                    "transport": self,
+                    "protocol": self._protocol,
+                }
+            )
+        self._force_close(exc)
+
+    def _force_close(self, exc):
+        if self._conn_lost:
+            return
+        if self._buffer:
+            self._buffer.clear()
+            self._buffer_size = 0
+            self._loop._remove_writer(self._sock_fd)
+        if not self._closing:
+            self._closing = True
+            self._loop._remove_reader(self._sock_fd)
+        self._conn_lost += 1
+        self._loop.call_soon(self._call_connection_lost, exc)
+
+    def _call_connection_lost(self, exc):
+        try:
+            if self._protocol_connected:
+                self._protocol.connection_lost(exc)
+        finally:
+            loop = self._loop
+            if loop._transports.get(self._sock_fd) is self:
+                del loop._transports[self._sock_fd]
+            self._sock.close()
+            self._sock = None
+            self._protocol = None
+            self._loop = None
+            server = self._server
+            if server is not None:
+                server._detach(self)
+                self._server = None
+            if self._empty_waiter is not None:
+                self._empty_waiter.set_exception(ConnectionError("Connection is closed by peer"))
