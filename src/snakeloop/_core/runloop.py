@@ -46,8 +46,12 @@ MAXIMUM_POLL_TIMEOUT = 24 * 3600
 _MIN_TIMERS_TO_COMPACT = 100
 _MAX_CANCELLED_FRACTION = 0.5
 
+# The backends' readiness bits (snakeloop._io._events; the core does not
+# import _io).  Any other bit in a mask is an error: it wakes both sides.
 _READABLE = 1
-_WRITABLE = 2
+_WRITABLE = 4
+_NOT_WRITABLE = ~_WRITABLE
+_NOT_READABLE = ~_READABLE
 
 _heappush = heapq.heappush
 _heappop = heapq.heappop
@@ -355,14 +359,14 @@ class CoreLoop:
             if fd == waker_fd:
                 self._waker.drain()
                 continue
-            if mask & _READABLE:
+            if mask & _NOT_WRITABLE:
                 handle = readers.get(fd)
                 if handle is not None:
                     if handle._cancelled:
                         self._clear_io_handle(fd, readers, _READABLE)
                     else:
                         append(handle)
-            if mask & _WRITABLE:
+            if mask & _NOT_READABLE:
                 handle = writers.get(fd)
                 if handle is not None:
                     if handle._cancelled:

@@ -8,8 +8,8 @@ OS facts this module relies on:
   socket, or a dup()ed or inherited copy keeps reporting events for an fd
   number that may since have been reused.
 * ``EPOLLERR`` and ``EPOLLHUP`` are always reported, whether asked for or
-  not.  They are passed on as both readable and writable, so whichever
-  callback is registered runs and sees the error from its own syscall.
+  not.  The loop wakes both callbacks of the fd on them, so whichever is
+  registered runs and sees the error from its own syscall.
 * Level-triggered mode is used: an fd that stays ready is reported on every
   poll until it is drained, which is what asyncio's readiness callbacks
   expect.
@@ -31,15 +31,8 @@ from ._events import READABLE, WRITABLE
 
 __all__ = ["EpollBackend"]
 
-_EPOLLIN = select.EPOLLIN
-_EPOLLOUT = select.EPOLLOUT
-# Anything but "writable only" wakes the reader; anything but "readable
-# only" wakes the writer.  Errors and hang-ups therefore wake both.
-_NOT_OUT = ~select.EPOLLOUT
-_NOT_IN = ~select.EPOLLIN
-
-# Precomputed translation of snakeloop masks to epoll masks.
-_TO_EPOLL = (0, _EPOLLIN, _EPOLLOUT, _EPOLLIN | _EPOLLOUT)
+# The loop's bits are epoll's own (see _events), so masks pass through.
+assert select.EPOLLIN == READABLE and select.EPOLLOUT == WRITABLE
 
 
 class EpollBackend:
@@ -56,11 +49,11 @@ class EpollBackend:
         return self._epoll.fileno()
 
     def register(self, fd: int, events: int) -> None:
-        self._epoll.register(fd, _TO_EPOLL[events])
+        self._epoll.register(fd, events)
         self._nfds += 1
 
     def modify(self, fd: int, events: int) -> None:
-        self._epoll.modify(fd, _TO_EPOLL[events])
+        self._epoll.modify(fd, events)
 
     def unregister(self, fd: int) -> None:
         self._nfds -= 1
@@ -71,17 +64,7 @@ class EpollBackend:
             pass
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-        if timeout is None:
-            timeout = -1
-        ready = []
-        for fd, ev in self._poll(timeout, max(self._nfds, 1)):
-            mask = 0
-            if ev & _NOT_OUT:
-                mask = READABLE
-            if ev & _NOT_IN:
-                mask |= WRITABLE
-            ready.append((fd, mask))
-        return ready
+        return self._poll(-1 if timeout is None else timeout, max(self._nfds, 1))
 
     def close(self) -> None:
         self._epoll.close()

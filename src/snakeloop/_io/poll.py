@@ -5,7 +5,8 @@ OS facts this module relies on:
 * poll keeps no kernel state: the interest set is passed on every call, so
   closing an fd needs no unregistration in the kernel, only here.
 * ``POLLERR``, ``POLLHUP`` and ``POLLNVAL`` are reported whether asked for
-  or not; they wake both the reader and the writer so each sees the error.
+  or not; the loop wakes both the reader and the writer on them, so each
+  sees the error.
 * The timeout is in milliseconds; it is rounded up so timers never fire
   early.
 """
@@ -18,9 +19,8 @@ from ._events import READABLE, WRITABLE
 
 __all__ = ["PollBackend"]
 
-_TO_POLL = (0, select.POLLIN, select.POLLOUT, select.POLLIN | select.POLLOUT)
-_NOT_OUT = ~select.POLLOUT
-_NOT_IN = ~select.POLLIN
+# The loop's bits are poll's own (see _events), so masks pass through.
+assert select.POLLIN == READABLE and select.POLLOUT == WRITABLE
 
 
 class PollBackend:
@@ -35,10 +35,10 @@ class PollBackend:
         return -1
 
     def register(self, fd: int, events: int) -> None:
-        self._poller.register(fd, _TO_POLL[events])
+        self._poller.register(fd, events)
 
     def modify(self, fd: int, events: int) -> None:
-        self._poller.modify(fd, _TO_POLL[events])
+        self._poller.modify(fd, events)
 
     def unregister(self, fd: int) -> None:
         try:
@@ -48,16 +48,9 @@ class PollBackend:
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
         if timeout is not None:
+            # Milliseconds, rounded up so a timer never fires early.
             timeout = -(-timeout * 1000.0 // 1) if timeout > 0 else 0
-        ready = []
-        for fd, ev in self._poller.poll(timeout):
-            mask = 0
-            if ev & _NOT_OUT:
-                mask = READABLE
-            if ev & _NOT_IN:
-                mask |= WRITABLE
-            ready.append((fd, mask))
-        return ready
+        return self._poller.poll(timeout)
 
     def close(self) -> None:
         self._poller = None
