@@ -9,18 +9,19 @@ non-thread-safe calls from other threads.
 
 from __future__ import annotations
 
-import os
 import sys
-from asyncio import constants
+from asyncio import constants, coroutines
 
 __all__ = ["DebugMixin", "debug_from_environment"]
 
 
 def debug_from_environment() -> bool:
-    """What asyncio's debug default is for this process."""
-    return sys.flags.dev_mode or (
-        not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG"))
-    )
+    """What asyncio's debug default is for this process.
+
+    asyncio's own switch is asked, so anything that overrides it for asyncio
+    (tests patch it) overrides it for snakeloop too.
+    """
+    return bool(coroutines._is_debug_mode())
 
 
 class DebugMixin:

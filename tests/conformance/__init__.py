@@ -1,0 +1,1 @@
+"""Conformance runner: CPython's test.test_asyncio against snakeloop (see README.md)."""

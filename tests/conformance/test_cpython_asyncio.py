@@ -1,0 +1,106 @@
+"""CPython's own asyncio test suite against snakeloop, one pytest test per (mode, module).
+
+Each test asserts that every selected CPython test of its module passes, except those listed in
+expected_failures.txt, which must fail (strict).  See README.md in this directory.
+
+Environment:
+    SNAKELOOP_CONFORMANCE_TARGET        snakeloop (default), or stdlib / stdlib-py (controls)
+    SNAKELOOP_CONFORMANCE_NETWORK       1/0: run the network part (default: selection.toml)
+    SNAKELOOP_CONFORMANCE_JOBS          jobs in parallel (default 2; 1 under pytest-xdist)
+    SNAKELOOP_CONFORMANCE_TEST_TIMEOUT  seconds before a CPython test counts as hung (60)
+    SNAKELOOP_CONFORMANCE_LOG_DIR       keep the worker logs there (default: a temporary dir,
+                                        removed when every job passed)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+try:
+    from . import _data, run
+except ImportError:  # imported without its package (e.g. pytest's importlib import mode)
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _data  # type: ignore[no-redef]
+    import run  # type: ignore[no-redef]
+
+TARGET = os.environ.get("SNAKELOOP_CONFORMANCE_TARGET", "snakeloop")
+SELECTION = _data.load_selection()
+JOBS = run.available_jobs(SELECTION)
+
+
+class _Scheduler:
+    """Runs the jobs of the collected tests in the background, a few at a time."""
+
+    def __init__(self, jobs: list[run.Job]):
+        xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+        parallel = int(os.environ.get("SNAKELOOP_CONFORMANCE_JOBS", "1" if xdist else "2"))
+        self.log_dir = os.environ.get("SNAKELOOP_CONFORMANCE_LOG_DIR") or tempfile.mkdtemp(
+            prefix="snakeloop-conformance-")
+        self.keep_logs = bool(os.environ.get("SNAKELOOP_CONFORMANCE_LOG_DIR"))
+        self.kw = dict(
+            network=run.network_enabled(SELECTION),
+            test_timeout=float(os.environ.get("SNAKELOOP_CONFORMANCE_TEST_TIMEOUT", "60")),
+            log_dir=self.log_dir,
+        )
+        self.executor = ThreadPoolExecutor(max(1, parallel), thread_name_prefix="conformance")
+        self.futures: dict[str, Future] = {}
+        self.lock = threading.Lock()
+        self.all_ok = True
+        # Under xdist every worker collects everything: start jobs only when asked.
+        if not xdist:
+            for job in sorted(jobs, key=lambda j: -run._COST.get((j.mode, j.module), 3)):
+                self._submit(job)
+
+    def _submit(self, job: run.Job) -> Future:
+        with self.lock:
+            fut = self.futures.get(job.name)
+            if fut is None:
+                fut = self.executor.submit(run.run_job, job, TARGET, **self.kw)
+                self.futures[job.name] = fut
+            return fut
+
+    def result(self, job: run.Job) -> run.JobResult:
+        return self._submit(job).result()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        if self.all_ok and not self.keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def conformance_scheduler(request):
+    wanted = [item.callspec.params["job"] for item in request.session.items
+              if getattr(item, "originalname", "") == "test_conformance"
+              and hasattr(item, "callspec")]
+    scheduler = _Scheduler(wanted)
+    yield scheduler
+    scheduler.close()
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[f"{j.mode}-{j.module}" for j in JOBS])
+def test_conformance(job: run.Job, conformance_scheduler: _Scheduler) -> None:
+    res = conformance_scheduler.result(job)
+    verdict = run.judge(res, run.load_xfails(TARGET))
+    if not verdict.ok:
+        conformance_scheduler.all_ok = False
+        c = verdict.counts
+        pytest.fail(
+            f"CPython {job.module} ({job.mode} mode) against {TARGET}: {c['failed']} unexpected "
+            f"failure(s), {c['xpass']} expected failure(s) that passed, "
+            f"{len(verdict.problems)} problem(s); {c['passed']} passed, {c['xfail']} expected "
+            f"failures, {c['excluded']} excluded, {c['deferred']} deferred (network).\n"
+            "Fix snakeloop, or list a test in tests/conformance/expected_failures.txt with the "
+            "reason (remove entries that pass).\n\n" + run.format_failures(res, verdict),
+            pytrace=False)
+    if not res.ids:
+        pytest.skip(f"nothing selected to run ({len(res.deferred)} deferred to the network "
+                    f"part, {len(res.excluded)} excluded)")
