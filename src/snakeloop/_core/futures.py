@@ -29,6 +29,7 @@ import sys
 from asyncio import base_futures, base_tasks, events, exceptions, format_helpers
 from asyncio import tasks as _aio_tasks
 from asyncio.coroutines import iscoroutine
+from types import CoroutineType as _CoroutineType
 from types import GenericAlias
 
 __all__ = ["Future", "Task"]
@@ -53,6 +54,7 @@ if _PY312:
     _register_eager_task = _aio_tasks._register_eager_task
     _unregister_eager_task = _aio_tasks._unregister_eager_task
     _swap_current_task = _aio_tasks._swap_current_task
+    _current_task = _aio_tasks.current_task
 
 if _PY312:
     _default_loop = events.get_event_loop
@@ -62,15 +64,21 @@ else:
 _task_name_counter = itertools.count(1).__next__
 
 
-def _schedule(loop, callback, arg, context):
-    """``loop.call_soon(callback, arg, context=context)``, minus the Handle.
+def _takes_plain_callbacks(loop):
+    """Whether ``loop`` accepts ``(callback, arg, context)`` tuples in ``_ready``.
 
     On a snakeloop loop outside debug mode, a callback that nobody can
-    cancel (a done callback, a task step) is queued as a plain tuple; the
-    run loop builds a Handle only if it raises.  Anywhere else, or in debug
-    mode (where handles record their origin), it goes through call_soon.
+    cancel (a done callback, a task step) is queued as a plain tuple instead
+    of a Handle; the run loop builds a Handle only if it raises.  Anywhere
+    else, and in debug mode (where handles record their origin), callbacks
+    go through ``call_soon``, which also raises on a closed loop.
     """
-    if getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed:
+    return getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed
+
+
+def _schedule(loop, callback, arg, context):
+    """``loop.call_soon(callback, arg, context=context)``, minus the Handle."""
+    if _takes_plain_callbacks(loop):
         loop._ready.append((callback, arg, context))
     else:
         loop.call_soon(callback, arg, context=context)
@@ -103,17 +111,33 @@ class Future:
     def __init__(self, *, loop=None):
         if loop is None:
             loop = _default_loop()
+        # Every attribute is set here, in one order, even where the class
+        # default would do: CPython shares one key table among the instances
+        # of a class only for the attributes its first instances set, and an
+        # instance that adds another one later gets a full dict of its own.
         self._loop = loop
         self._callbacks = []
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._exception_tb = None
+        self._cancel_message = None
+        self._cancelled_exc = None
+        self._asyncio_future_blocking = False
+        self._log_traceback_flag = False
         if loop.get_debug():
             self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+        else:
+            self._source_traceback = None
 
     def __repr__(self):
         return base_futures._future_repr(self)
 
     def __del__(self):
-        if not self._log_traceback_flag:
-            return
+        if self._log_traceback_flag:
+            self._log_unretrieved_exception()
+
+    def _log_unretrieved_exception(self):
         context = {
             "message": f"{self.__class__.__name__} exception was never retrieved",
             "exception": self._exception,
@@ -167,8 +191,14 @@ class Future:
         # detach the list first so those changes touch a fresh one.
         self._callbacks = []
         loop = self._loop
-        for callback, ctx in callbacks:
-            _schedule(loop, callback, self, ctx)
+        if _takes_plain_callbacks(loop):
+            append = loop._ready.append
+            for callback, ctx in callbacks:
+                append((callback, self, ctx))
+        else:
+            call_soon = loop.call_soon
+            for callback, ctx in callbacks:
+                call_soon(callback, self, context=ctx)
 
     def cancelled(self):
         return self._state == _CANCELLED
@@ -260,24 +290,28 @@ class Task(Future):
 
     _log_destroy_pending = True
 
-    if _PY312:
-
-        def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
-            Future.__init__(self, loop=loop)
-            if self._source_traceback:
-                del self._source_traceback[-1]
-            self._start(coro, name, context, eager_start)
-
-    else:
-
-        def __init__(self, coro, *, loop=None, name=None, context=None):
-            Future.__init__(self, loop=loop)
-            if self._source_traceback:
-                del self._source_traceback[-1]
-            self._start(coro, name, context, False)
-
-    def _start(self, coro, name, context, eager_start):
-        if not iscoroutine(coro):
+    def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
+        # Future.__init__ is written out here: task creation is hot, and the
+        # source traceback must start at our caller either way.
+        if loop is None:
+            loop = _default_loop()
+        # All attributes in one order (see Future.__init__).
+        self._loop = loop
+        self._callbacks = []
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._exception_tb = None
+        self._cancel_message = None
+        self._cancelled_exc = None
+        self._asyncio_future_blocking = False
+        self._log_traceback_flag = False
+        if loop.get_debug():
+            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+        else:
+            self._source_traceback = None
+        self._log_destroy_pending = True
+        if coro.__class__ is not _CoroutineType and not iscoroutine(coro):
             self._log_destroy_pending = False
             raise TypeError(f"a coroutine was expected, got {coro!r}")
         if name is None:
@@ -291,11 +325,18 @@ class Task(Future):
         if context is None:
             context = _copy_context()
         self._context = context
-        if eager_start and self._loop.is_running():
-            self._eager_start()
+        if eager_start:
+            if not _PY312:
+                # Eager start came with 3.12; 3.11's Task has no such argument.
+                raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
+            if loop.is_running():
+                self._eager_start()
+                return
+        if _takes_plain_callbacks(loop):
+            loop._ready.append((self._step, None, context))
         else:
-            _schedule(self._loop, self._step, None, context)
-            _register_task(self)
+            loop.call_soon(self._step, context=context)
+        _register_task(self)
 
     def __del__(self):
         if self._state == _PENDING and self._log_destroy_pending:
@@ -306,7 +347,8 @@ class Task(Future):
             if self._source_traceback:
                 context["source_traceback"] = self._source_traceback
             self._loop.call_exception_handler(context)
-        Future.__del__(self)
+        if self._log_traceback_flag:
+            self._log_unretrieved_exception()
 
     def __repr__(self):
         return base_tasks._task_repr(self)
@@ -361,18 +403,22 @@ class Task(Future):
         return self._num_cancels_requested
 
     def _eager_start(self):
+        # The first step runs now, inside create_task, as the current task;
+        # the caller's task (if any) is current again afterwards.
         loop = self._loop
-        prev_task = _swap_current_task(loop, self)
+        prev_task = _current_task(loop)
+        if prev_task is not None:
+            _swap_current_task(loop, None)
         try:
             _register_eager_task(self)
             try:
-                self._context.run(self._run_coro, None)
+                self._context.run(self._step)
             finally:
                 _unregister_eager_task(self)
         finally:
             try:
-                current = _swap_current_task(loop, prev_task)
-                assert current is self
+                if prev_task is not None:
+                    _swap_current_task(loop, prev_task)
             finally:
                 if self._state != _PENDING:
                     self._coro = None
@@ -380,6 +426,9 @@ class Task(Future):
                     _register_task(self)
 
     def _step(self, exc=None):
+        # One step of the coroutine, and what its yield asks for.  This runs
+        # once per task switch: the common outcomes (awaiting one of our own
+        # futures, a bare yield) are handled inline.
         if self._state != _PENDING:
             raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
         if self._must_cancel:
@@ -390,21 +439,10 @@ class Task(Future):
         loop = self._loop
         _enter_task(loop, self)
         try:
-            self._run_coro(exc)
-        finally:
-            _leave_task(loop, self)
-            self = None  # break the frame/task cycle on errors
-
-    def _run_coro(self, exc):
-        # One step of the coroutine, and what its yield asks for.  The common
-        # outcomes (awaiting one of our futures, a bare yield) are handled
-        # inline; this runs once per task switch.
-        coro = self._coro
-        try:
             if exc is None:
-                result = coro.send(None)
+                result = self._coro.send(None)
             else:
-                result = coro.throw(exc)
+                result = self._coro.throw(exc)
         except StopIteration as stop:
             if self._must_cancel:
                 self._must_cancel = False
@@ -425,10 +463,12 @@ class Task(Future):
         except BaseException as error:
             Future.set_exception(self, error)
         else:
-            loop = self._loop
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again next iteration.
-                _schedule(loop, self._step, None, self._context)
+                if _takes_plain_callbacks(loop):
+                    loop._ready.append((self._step, None, self._context))
+                else:
+                    loop.call_soon(self._step, context=self._context)
             elif result.__class__ in _OWN_CLASSES and result._asyncio_future_blocking:
                 if result._loop is not loop:
                     self._reschedule_with_error(
@@ -451,7 +491,9 @@ class Task(Future):
                         self._must_cancel = False
             else:
                 self._handle_yield(result)
-        self = None  # break the frame/task cycle on errors
+        finally:
+            _leave_task(loop, self)
+            self = None  # break the frame/task cycle on errors
 
     def _reschedule_with_error(self, exc):
         self._loop.call_soon(self._step, exc, context=self._context)

@@ -17,25 +17,20 @@ does the same), which keeps the text identical across Python versions.
 from __future__ import annotations
 
 import sys
-from asyncio import format_helpers
+from asyncio import events, format_helpers
 from contextvars import copy_context
 
 __all__ = ["Handle", "TimerHandle"]
 
 
-class Handle:
-    """A callback scheduled on the loop, returned by ``call_soon``."""
+class Handle(events.Handle):
+    """A callback scheduled on the loop, returned by ``call_soon``.
 
-    __slots__ = (
-        "_callback",
-        "_args",
-        "_cancelled",
-        "_loop",
-        "_source_traceback",
-        "_repr",
-        "_context",
-        "__weakref__",
-    )
+    It subclasses ``asyncio.Handle`` (for its slots only; every method is
+    snakeloop's) because user code checks ``isinstance(h, asyncio.Handle)``.
+    """
+
+    __slots__ = ()
 
     def __init__(self, callback, args, loop, context=None):
         if context is None:
@@ -104,10 +99,14 @@ class Handle:
         self._loop.call_exception_handler(context)
 
 
-class TimerHandle(Handle):
-    """A callback due at a loop time, returned by ``call_later``/``call_at``."""
+class TimerHandle(Handle, events.TimerHandle):
+    """A callback due at a loop time, returned by ``call_later``/``call_at``.
 
-    __slots__ = ("_when", "_scheduled")
+    Also an ``asyncio.TimerHandle``, whose slots (``_when``, ``_scheduled``)
+    it uses.
+    """
+
+    __slots__ = ()
 
     def __init__(self, when, callback, args, loop, context=None):
         # Handle.__init__ written out: timers are created at a high rate.

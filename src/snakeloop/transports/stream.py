@@ -107,6 +107,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         self._paused = False
         self._eof = False
         self._empty_waiter = None
+        self._protocol_paused = False
         self._set_write_buffer_limits()
         if server is not None:
             server._attach(self)
