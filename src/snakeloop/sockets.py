@@ -1,0 +1,379 @@
+"""The ``sock_*`` coroutines: one socket operation at a time, awaited.
+
+Each one tries its system call at once and only when the kernel says
+"not yet" (``BlockingIOError``) registers a readiness callback and waits
+on a future.  The callback retries the call; the one that finishes
+unregisters itself before it sets the future, so a completed operation
+leaves nothing behind, and a cancelled one unregisters in the waiting
+coroutine's ``finally``.  Only the registration made by this call is
+removed: if another operation has since taken the fd over, its callback
+stays.
+
+OS facts this module relies on:
+
+* The socket must be non-blocking (``gettimeout() == 0``); a blocking one
+  would stall the whole loop.  asyncio checks this in debug mode only, and
+  so does snakeloop.
+* ``recv``/``recvfrom`` return as soon as any data is there; ``send`` may
+  take only part of the buffer, and ``sendall`` here resends the rest from
+  a memoryview offset, without copying.
+* A non-blocking ``connect`` to a remote host fails with ``EINPROGRESS``
+  (``BlockingIOError``) and completes in the background; the socket turns
+  writable when it is done, and ``SO_ERROR`` then says whether it
+  succeeded.  ``EINTR`` during ``connect`` also leaves it running in the
+  background (Python does not retry ``connect``).  Unix-domain connects
+  complete or fail at once.
+* ``accept`` on Linux does not hand the listener's ``O_NONBLOCK`` to the new
+  socket; asyncio makes the accepted socket non-blocking, and so does this
+  module.
+* ``connect`` wants a numeric address: host names of ``AF_INET``/
+  ``AF_INET6`` sockets are resolved first with ``getaddrinfo`` in the
+  default executor (numeric ones skip it).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from .dns import ensure_resolved
+from .transports.datagram import RECV_BUFFER_SIZE, recv_buffer
+
+__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket"]
+
+_HAS_IPV6 = hasattr(socket, "AF_INET6")
+_INET_FAMILIES = (socket.AF_INET, socket.AF_INET6) if _HAS_IPV6 else (socket.AF_INET,)
+_RETRY = (BlockingIOError, InterruptedError)
+NOT_NONBLOCKING = "the socket must be non-blocking"
+
+# recv(n) makes a bytes object of n bytes and shrinks it to what arrived.
+# Past about 64 KiB glibc may serve that with mmap/munmap, which costs
+# several times the copy in a fresh process: larger reads of plain
+# sockets go through the loop's shared buffer instead.
+_BIG_READ = 65536
+_Socket = socket.socket
+
+
+def _recv(loop, sock, n):
+    if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
+        view = recv_buffer(loop)
+        return bytes(view[: sock.recv_into(view, n)])
+    return sock.recv(n)
+
+
+def _recvfrom(loop, sock, n):
+    if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
+        view = recv_buffer(loop)
+        nbytes, addr = sock.recvfrom_into(view, n)
+        return bytes(view[:nbytes]), addr
+    return sock.recvfrom(n)
+
+
+def check_ssl_socket(sock):
+    """Refuse an ``ssl.SSLSocket``: its I/O does not map to readiness."""
+    # If the ssl module was never imported, no SSLSocket can exist.
+    ssl = sys.modules.get("ssl")
+    if ssl is not None and isinstance(sock, ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
+
+
+class _Unsent:
+    """What ``sock_sendall`` still has to send, as a view into the caller's data."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view):
+        self.view = view
+
+
+class SocketMixin:
+    """``sock_recv`` & co. on top of ``_add_reader``/``_add_writer``."""
+
+    # -- shared plumbing ------------------------------------------------------
+
+    async def _wait_readable(self, fd, callback, fut, *args):
+        """Register ``callback(fut, fd, *args)`` for reading; await ``fut``."""
+        self._ensure_fd_no_transport(fd)
+        handle = self._add_reader(fd, callback, fut, fd, *args)
+        try:
+            return await fut
+        finally:
+            if self._readers.get(fd) is handle:
+                self._remove_reader(fd)
+            fut = handle = None  # no cycle through a raised exception's frame
+
+    async def _wait_writable(self, fd, callback, fut, *args):
+        """Register ``callback(fut, fd, *args)`` for writing; await ``fut``."""
+        self._ensure_fd_no_transport(fd)
+        handle = self._add_writer(fd, callback, fut, fd, *args)
+        try:
+            return await fut
+        finally:
+            if self._writers.get(fd) is handle:
+                self._remove_writer(fd)
+            fut = handle = None
+
+    def _read_finished(self, fd, fut, result, exc):
+        self._remove_reader(fd)
+        if exc is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(exc)
+
+    def _write_finished(self, fd, fut, result, exc):
+        self._remove_writer(fd)
+        if exc is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(exc)
+
+    # -- receiving ------------------------------------------------------------
+
+    async def sock_recv(self, sock, n):
+        """Receive up to ``n`` bytes from the connected socket ``sock``."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        try:
+            return _recv(self, sock, n)
+        except _RETRY:
+            pass
+        return await self._wait_readable(
+            sock.fileno(), self._on_recv, self.create_future(), sock, n
+        )
+
+    def _on_recv(self, fut, fd, sock, n):
+        if fut.done():
+            return
+        try:
+            data = _recv(self, sock, n)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._read_finished(fd, fut, None, exc)
+        else:
+            self._read_finished(fd, fut, data, None)
+
+    async def sock_recv_into(self, sock, buf):
+        """Receive into the writable buffer ``buf``; return the byte count."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        try:
+            return sock.recv_into(buf)
+        except _RETRY:
+            pass
+        return await self._wait_readable(
+            sock.fileno(), self._on_recv_into, self.create_future(), sock, buf
+        )
+
+    def _on_recv_into(self, fut, fd, sock, buf):
+        if fut.done():
+            return
+        try:
+            nbytes = sock.recv_into(buf)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._read_finished(fd, fut, None, exc)
+        else:
+            self._read_finished(fd, fut, nbytes, None)
+
+    async def sock_recvfrom(self, sock, bufsize):
+        """Receive one datagram: ``(data, address)``."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        try:
+            return _recvfrom(self, sock, bufsize)
+        except _RETRY:
+            pass
+        return await self._wait_readable(
+            sock.fileno(), self._on_recvfrom, self.create_future(), sock, bufsize
+        )
+
+    def _on_recvfrom(self, fut, fd, sock, bufsize):
+        if fut.done():
+            return
+        try:
+            result = _recvfrom(self, sock, bufsize)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._read_finished(fd, fut, None, exc)
+        else:
+            self._read_finished(fd, fut, result, None)
+
+    async def sock_recvfrom_into(self, sock, buf, nbytes=0):
+        """Receive one datagram into ``buf``: ``(nbytes, address)``."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        if not nbytes:
+            nbytes = len(buf)
+        try:
+            return sock.recvfrom_into(buf, nbytes)
+        except _RETRY:
+            pass
+        return await self._wait_readable(
+            sock.fileno(), self._on_recvfrom_into, self.create_future(), sock, buf, nbytes
+        )
+
+    def _on_recvfrom_into(self, fut, fd, sock, buf, nbytes):
+        if fut.done():
+            return
+        try:
+            result = sock.recvfrom_into(buf, nbytes)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._read_finished(fd, fut, None, exc)
+        else:
+            self._read_finished(fd, fut, result, None)
+
+    # -- sending --------------------------------------------------------------
+
+    async def sock_sendall(self, sock, data):
+        """Send all of ``data``; partial sends resume when writable."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        try:
+            sent = sock.send(data)
+        except _RETRY:
+            sent = 0
+        if sent == len(data):
+            return None
+        view = memoryview(data)
+        if view.itemsize != 1:
+            view = view.cast("B")
+        return await self._wait_writable(
+            sock.fileno(),
+            self._on_sendall,
+            self.create_future(),
+            sock,
+            _Unsent(view[sent:]),
+        )
+
+    def _on_sendall(self, fut, fd, sock, unsent):
+        if fut.done():
+            return
+        view = unsent.view
+        try:
+            sent = sock.send(view)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._write_finished(fd, fut, None, exc)
+            return
+        if sent == len(view):
+            self._write_finished(fd, fut, None, None)
+        else:
+            unsent.view = view[sent:]
+
+    async def sock_sendto(self, sock, data, address):
+        """Send one datagram to ``address``; return the bytes sent."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        try:
+            return sock.sendto(data, address)
+        except _RETRY:
+            pass
+        return await self._wait_writable(
+            sock.fileno(), self._on_sendto, self.create_future(), sock, data, address
+        )
+
+    def _on_sendto(self, fut, fd, sock, data, address):
+        if fut.done():
+            return
+        try:
+            sent = sock.sendto(data, address)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._write_finished(fd, fut, None, exc)
+        else:
+            self._write_finished(fd, fut, sent, None)
+
+    # -- connecting and accepting --------------------------------------------
+
+    async def sock_connect(self, sock, address):
+        """Connect ``sock`` to ``address``, resolving a host name first."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        if sock.family in _INET_FAMILIES:
+            infos = await ensure_resolved(
+                self, address, family=sock.family, type=sock.type, proto=sock.proto
+            )
+            address = infos[0][4]
+        try:
+            sock.connect(address)
+        except _RETRY:
+            # EINPROGRESS (or EINTR): the connection goes on in the kernel.
+            pass
+        else:
+            return None
+        return await self._wait_writable(
+            sock.fileno(), self._on_connect, self.create_future(), sock, address
+        )
+
+    def _on_connect(self, fut, fd, sock, address):
+        if fut.done():
+            return
+        try:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._write_finished(fd, fut, None, exc)
+            return
+        if err:
+            # OSError(errno, ...) picks the subclass (ConnectionRefusedError...).
+            self._write_finished(fd, fut, None, OSError(err, f"Connect call failed {address}"))
+        else:
+            self._write_finished(fd, fut, None, None)
+
+    async def sock_accept(self, sock):
+        """Accept a connection: ``(conn, address)``, ``conn`` non-blocking."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+        try:
+            conn, address = sock.accept()
+        except _RETRY:
+            pass
+        else:
+            conn.setblocking(False)
+            return conn, address
+        return await self._wait_readable(sock.fileno(), self._on_accept, self.create_future(), sock)
+
+    def _on_accept(self, fut, fd, sock):
+        if fut.done():
+            return
+        try:
+            conn, address = sock.accept()
+            conn.setblocking(False)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._read_finished(fd, fut, None, exc)
+        else:
+            self._read_finished(fd, fut, (conn, address), None)
