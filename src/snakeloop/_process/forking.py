@@ -1,0 +1,145 @@
+"""What a forked child does with the snakeloop loops it inherited.
+
+OS and CPython facts this module relies on:
+
+* ``fork()`` copies every fd, the epoll fd included, so parent and child
+  share one epoll instance and its interest list.  An ``epoll_ctl()`` in
+  the child (an inherited transport closing, say) would change what the
+  parent's loop is told, and an ``epoll_wait()`` in the child would take
+  events meant for the parent.
+* Closing the child's copy of an fd (the epoll fd, a pidfd, a socket) only
+  drops a reference: the open file description, and whatever the parent
+  registered for it, lives on while the parent holds its copy.
+* Only the thread that called ``fork()`` exists in the child, and CPython
+  makes it the main thread there, so ``signal.set_wakeup_fd`` is allowed.
+* The signal wakeup fd is process state and survives ``fork()``: a child
+  still pointing it at the parent's signal socket would send its signals
+  to the parent's handlers.  asyncio resets it in the child from 3.12 on;
+  snakeloop does it on every version.
+* CPython's running-loop record is ignored in a child (3.11 stores the pid
+  with it; 3.12+ clears it at fork), so ``get_running_loop()`` there never
+  returns the parent's loop.  3.12+ also gives the child a fresh policy
+  state, so ``get_event_loop()`` makes a new loop; on 3.11 the same reset
+  is done here when the policy holds an inherited snakeloop loop.
+* ``os.register_at_fork(after_in_child=...)`` runs in the child right after
+  ``fork()`` (also for ``multiprocessing``'s fork start method), and not
+  after ``posix_spawn``/``vfork``+``exec``, which ``subprocess`` uses.
+
+In the child, an inherited loop is closed: every use of it raises
+``RuntimeError("Event loop is closed")`` at once, instead of failing later
+or quietly sharing the parent's epoll instance.  Its fd copies are closed
+(which leaves the parent's alone, see above) and ``close()`` is a no-op.
+A child forked from inside a running loop that returns into that loop
+gets a ``RuntimeError`` out of ``run_forever`` at its next poll.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import weakref
+from asyncio import events
+
+__all__ = ["INHERITED_LOOP_MESSAGE", "track"]
+
+INHERITED_LOOP_MESSAGE = (
+    "this event loop was inherited from the parent process through fork() "
+    "and cannot do I/O in the child; create a new event loop in the child"
+)
+
+# Every live snakeloop loop, for the at-fork hook; weak, so it keeps none
+# of them alive.
+_loops: weakref.WeakSet = weakref.WeakSet()
+
+
+def track(loop) -> None:
+    """Have ``loop`` disowned in any child forked while it is alive."""
+    _loops.add(loop)
+
+
+class _InheritedBackend:
+    """Stands in for the parent's I/O backend in a forked child."""
+
+    __slots__ = ("_inherited",)
+
+    def __init__(self, inherited) -> None:
+        self._inherited = inherited  # a backend whose fd is this child's copy
+
+    def fileno(self) -> int:
+        return -1
+
+    def register(self, fd: int, events: int) -> None:
+        raise RuntimeError(INHERITED_LOOP_MESSAGE)
+
+    def modify(self, fd: int, events: int) -> None:
+        raise RuntimeError(INHERITED_LOOP_MESSAGE)
+
+    def unregister(self, fd: int) -> None:
+        # The registration belongs to the parent: leave it there.
+        pass
+
+    def poll(self, timeout):
+        raise RuntimeError(INHERITED_LOOP_MESSAGE)
+
+    def close(self) -> None:
+        # Closes only the child's copy of the epoll fd (see above).
+        inherited, self._inherited = self._inherited, None
+        if inherited is not None:
+            inherited.close()
+
+
+def _disown(loop) -> None:
+    if loop.is_closed():
+        return
+    loop._closed = True
+    inherited = loop._io
+    loop._io = _InheritedBackend(None)
+    inherited.close()
+    loop._waker.close()
+
+    wsock = getattr(loop, "_signal_wsock", None)
+    if wsock is not None:
+        ours = wsock.fileno()
+        try:
+            previous = signal.set_wakeup_fd(-1)
+            if previous != ours:
+                # Somebody else's wakeup fd: put it back.
+                signal.set_wakeup_fd(previous)
+        except (ValueError, OSError):
+            pass
+        loop._signal_sock.close()
+        wsock.close()
+        loop._signal_sock = loop._signal_wsock = None
+
+    watches = getattr(loop, "_child_watches", None)
+    if watches:
+        for watch in watches.values():
+            watch.forget()
+        watches.clear()
+
+
+def _reset_policy_311(disowned) -> None:
+    policy = events._event_loop_policy
+    local = getattr(policy, "_local", None)
+    if local is not None and getattr(local, "_loop", None) in disowned:
+        policy._local = type(local)()
+
+
+def _after_fork_in_child() -> None:
+    disowned = list(_loops)
+    _loops.clear()
+    for loop in disowned:
+        try:
+            _disown(loop)
+        except Exception:  # noqa: BLE001 - an at-fork hook must not raise
+            pass
+    if sys.version_info < (3, 12) and disowned:
+        try:
+            _reset_policy_311(disowned)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
