@@ -33,12 +33,18 @@ from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
 from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
+from .datagrams import DatagramMixin
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import ExecutorMixin
 from .network import NetworkMixin
+from .sendfile import SendfileMixin
 from .signals import SignalsMixin
+from .sockets import SocketMixin
+from .subprocess import SubprocessMixin
+from .transports.pipes import PipesMixin
+from .tls import TLSMixin
 
 __all__ = ["Loop"]
 
@@ -81,7 +87,13 @@ class Loop(
     ExecutorMixin,
     DnsMixin,
     SignalsMixin,
+    PipesMixin,
+    SubprocessMixin,
     NetworkMixin,
+    TLSMixin,
+    SocketMixin,
+    SendfileMixin,
+    DatagramMixin,
     asyncio.AbstractEventLoop,
 ):
     """An asyncio event loop written in Python.
@@ -109,6 +121,7 @@ class Loop(
         self._exception_handler = None
         self._old_agen_hooks = None
         self._transports = weakref.WeakValueDictionary()
+        self._stream_recv_view = None  # the stream transports' shared read buffer
         if stdlib_futures:
             self._future_class = asyncio.Future
             self._task_class = asyncio.Task
@@ -118,6 +131,7 @@ class Loop(
         self._init_asyncgens()
         self._init_executors()
         self._init_signals()
+        self._init_subprocess()
         self._init_network()
 
     def __repr__(self) -> str:
@@ -213,6 +227,7 @@ class Loop(
             self._default_executor = None
             executor.shutdown(wait=False)
         self._close_signals()
+        self._close_subprocess()
         for table in (self._readers, self._writers):
             for handle in table.values():
                 handle.cancel()

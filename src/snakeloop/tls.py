@@ -1,0 +1,69 @@
+"""``loop.start_tls()``: upgrade a live stream transport to TLS.
+
+The TLS machinery itself is ``transports.tls.SSLProtocol``; this mixin only
+swaps it in as the protocol of an existing transport, the way asyncio does:
+reading is paused first, so that no byte reaches the new protocol before its
+``connection_made()`` ran, then resumed on the next iteration.  The caller
+gets the application-side ``TLSTransport`` once the handshake is done.  If
+the handshake fails or the caller is cancelled, the transport below is
+closed: its fd has no other owner left.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from .transports.tls import SSLProtocol
+
+__all__ = ["TLSMixin"]
+
+
+class TLSMixin:
+    """``start_tls``; needs ``create_future`` and ``call_soon``."""
+
+    async def start_tls(
+        self,
+        transport,
+        protocol,
+        sslcontext,
+        *,
+        server_side=False,
+        server_hostname=None,
+        ssl_handshake_timeout=None,
+        ssl_shutdown_timeout=None,
+    ):
+        """Upgrade ``transport`` to TLS; return the transport ``protocol`` uses from now on."""
+        if not isinstance(sslcontext, ssl.SSLContext):
+            raise TypeError(
+                f"sslcontext is expected to be an instance of ssl.SSLContext, got {sslcontext!r}"
+            )
+        if not getattr(transport, "_start_tls_compatible", False):
+            raise TypeError(f"transport {transport!r} is not supported by start_tls()")
+
+        waiter = self.create_future()
+        ssl_protocol = SSLProtocol(
+            self,
+            protocol,
+            sslcontext,
+            waiter,
+            server_side,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+            call_connection_made=False,
+        )
+
+        transport.pause_reading()
+        transport.set_protocol(ssl_protocol)
+        conmade_cb = self.call_soon(ssl_protocol.connection_made, transport)
+        resume_cb = self.call_soon(transport.resume_reading)
+        try:
+            await waiter
+        except BaseException:
+            transport.close()
+            conmade_cb.cancel()
+            resume_cb.cancel()
+            # The exception (kept by the caller) must not pin the protocol.
+            waiter = ssl_protocol = None
+            raise
+        return ssl_protocol._app_transport
