@@ -243,7 +243,8 @@ class Loop(
 
     def create_task(self, coro: Coroutine[Any, Any, Any], *, name=None, context=None):
         """Wrap ``coro`` in a task scheduled on this loop."""
-        self._check_closed()
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
         factory = self._task_factory
         if factory is None:
             task = self._task_class(coro, loop=self, name=name, context=context)

@@ -191,7 +191,8 @@ class Future:
         # detach the list first so those changes touch a fresh one.
         self._callbacks = []
         loop = self._loop
-        if _takes_plain_callbacks(loop):
+        # _takes_plain_callbacks(loop), written out: this runs for every future.
+        if getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed:
             append = loop._ready.append
             for callback, ctx in callbacks:
                 append((callback, self, ctx))
@@ -295,6 +296,7 @@ class Task(Future):
         # source traceback must start at our caller either way.
         if loop is None:
             loop = _default_loop()
+        plain = getattr(loop, "_accepts_plain_callbacks", False)
         # All attributes in one order (see Future.__init__).
         self._loop = loop
         self._callbacks = []
@@ -306,7 +308,7 @@ class Task(Future):
         self._cancelled_exc = None
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
-        if loop.get_debug():
+        if loop._debug if plain else loop.get_debug():
             self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
         else:
             self._source_traceback = None
@@ -315,7 +317,9 @@ class Task(Future):
             self._log_destroy_pending = False
             raise TypeError(f"a coroutine was expected, got {coro!r}")
         if name is None:
-            self._name = f"Task-{_task_name_counter()}"
+            # The number is taken now; the string is made on first use (as
+            # 3.13's C Task does), since most tasks are never asked.
+            self._name = _task_name_counter()
         else:
             self._name = str(name)
         self._num_cancels_requested = 0
@@ -332,7 +336,7 @@ class Task(Future):
             if loop.is_running():
                 self._eager_start()
                 return
-        if _takes_plain_callbacks(loop):
+        if plain and not loop._debug and not loop._closed:
             loop._ready.append((self._step, None, context))
         else:
             loop.call_soon(self._step, context=context)
@@ -362,7 +366,10 @@ class Task(Future):
             return self._context
 
     def get_name(self):
-        return self._name
+        name = self._name
+        if name.__class__ is int:
+            name = self._name = f"Task-{name}"
+        return name
 
     def set_name(self, value):
         self._name = str(value)
@@ -465,7 +472,11 @@ class Task(Future):
         else:
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again next iteration.
-                if _takes_plain_callbacks(loop):
+                if (
+                    getattr(loop, "_accepts_plain_callbacks", False)
+                    and not loop._debug
+                    and not loop._closed
+                ):
                     loop._ready.append((self._step, None, self._context))
                 else:
                     loop.call_soon(self._step, context=self._context)
