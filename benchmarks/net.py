@@ -273,7 +273,10 @@ def main(argv=None):
         if "uvloop" in loops:
             row += f"{results['uvloop'][1] / snake:>14.2f}x"
         print(row, flush=True)
-    print("# ratios: the other loop's CPU per request divided by snakeloop's (>1: snakeloop is cheaper)")
+    print(
+        "# ratios: the other loop's CPU per request divided by snakeloop's"
+        " (>1: snakeloop is cheaper)"
+    )
     return 0
 
 

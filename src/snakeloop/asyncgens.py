@@ -35,6 +35,7 @@ class AsyncGenMixin:
                 f"asynchronous generator {agen!r} was scheduled after "
                 f"loop.shutdown_asyncgens() call",
                 ResourceWarning,
+                stacklevel=1,  # asyncio's: the warning names this line
                 source=self,
             )
         self._asyncgens.add(agen)
@@ -47,7 +48,7 @@ class AsyncGenMixin:
         closing = list(self._asyncgens)
         self._asyncgens.clear()
         results = await tasks.gather(*[ag.aclose() for ag in closing], return_exceptions=True)
-        for result, agen in zip(results, closing):
+        for result, agen in zip(results, closing, strict=True):
             if isinstance(result, Exception):
                 self.call_exception_handler(
                     {

@@ -43,8 +43,8 @@ from .sendfile import SendfileMixin
 from .signals import SignalsMixin
 from .sockets import SocketMixin
 from .subprocess import SubprocessMixin
-from .transports.pipes import PipesMixin
 from .tls import TLSMixin
+from .transports.pipes import PipesMixin
 
 __all__ = ["Loop"]
 

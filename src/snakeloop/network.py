@@ -589,9 +589,8 @@ class NetworkMixin:
                     try:
                         sock.bind(sa)
                     except OSError as err:
-                        msg = "error while attempting to bind on address {!r}: {}".format(
-                            sa, str(err.strerror).lower()
-                        )
+                        reason = str(err.strerror).lower()
+                        msg = f"error while attempting to bind on address {sa!r}: {reason}"
                         if err.errno == errno.EADDRNOTAVAIL:
                             # The family is not enabled on this host.
                             sockets.pop()
@@ -602,9 +601,7 @@ class NetworkMixin:
                         raise OSError(err.errno, msg) from None
                 if not sockets:
                     raise OSError(
-                        "could not bind on any address out of {!r}".format(
-                            [info[4] for info in infos]
-                        )
+                        f"could not bind on any address out of {[info[4] for info in infos]!r}"
                     )
                 completed = True
             finally:

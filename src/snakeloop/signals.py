@@ -149,6 +149,7 @@ class SignalsMixin:
                     f"Closing the loop {self!r} on interpreter shutdown "
                     f"stage, skipping signal handlers removal",
                     ResourceWarning,
+                    stacklevel=1,
                     source=self,
                 )
                 self._signal_handlers.clear()

@@ -192,7 +192,8 @@ class Future:
         self._callbacks = []
         loop = self._loop
         # _takes_plain_callbacks(loop), written out: this runs for every future.
-        if getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed:
+        plain = getattr(loop, "_accepts_plain_callbacks", False)
+        if plain and not loop._debug and not loop._closed:
             append = loop._ready.append
             for callback, ctx in callbacks:
                 append((callback, self, ctx))

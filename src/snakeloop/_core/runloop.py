@@ -28,7 +28,6 @@ import collections
 import heapq
 import logging
 import threading
-
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 
 from .handles import Handle, TimerHandle
