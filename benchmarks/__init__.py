@@ -1,0 +1,1 @@
+"""snakeloop's micro-benchmarks: ``python -m benchmarks`` from the repository root."""

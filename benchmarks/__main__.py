@@ -1,0 +1,231 @@
+"""Run the scheduling micro-benchmarks on every available loop, interleaved.
+
+    python -m benchmarks [--quick] [--repeat N] [--only NAME,...] [--json FILE]
+
+Run it from the repository root. See benchmarks/README.md for what each
+workload does and how to read the figures.
+"""
+
+import argparse
+import asyncio
+import gc
+import importlib
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from . import workloads
+from .workloads import WORKLOADS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def describe_snakeloop(module):
+    """'interpreted' or 'compiled' (the core loop is an extension module), and where from."""
+    try:
+        runloop = importlib.import_module(module.__name__ + "._core.runloop")
+    except ImportError:
+        return "build unknown (no _core.runloop)"
+    path = getattr(runloop, "__file__", None) or ""
+    build = "compiled" if path.endswith((".so", ".pyd")) else "interpreted"
+    version = getattr(module, "__version__", "")
+    where = Path(getattr(module, "__file__", "") or "?").parent
+    try:
+        where = where.relative_to(REPO)
+    except ValueError:
+        pass
+    return f"{version} {build} build, from {where}".strip()
+
+
+def load_factory(spec):
+    module_name, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attribute or "new_event_loop")
+
+
+def find_loops(args):
+    """[(label, factory)] with stdlib first, and the header lines that describe them."""
+    loops = [("stdlib", asyncio.SelectorEventLoop)]
+    notes = [
+        f"stdlib:    asyncio.SelectorEventLoop, C Future and Task ({asyncio.Future.__module__})"
+    ]
+
+    if args.snakeloop:
+        factory = load_factory(args.snakeloop)
+        loops.append(("snakeloop", factory))
+        notes.append(f"snakeloop: stand-in {args.snakeloop}")
+    else:
+        if not args.installed and (REPO / "src" / "snakeloop").is_dir():
+            sys.path.insert(0, str(REPO / "src"))
+        try:
+            import snakeloop
+        except ImportError as exc:
+            notes.append(f"snakeloop: not importable ({exc}); skipped")
+        else:
+            loops.append(("snakeloop", snakeloop.new_event_loop))
+            notes.append(f"snakeloop: {describe_snakeloop(snakeloop)}")
+            if args.stdlib_futures:
+
+                def with_c_futures():
+                    return snakeloop.new_event_loop(stdlib_futures=True)
+
+                loops.append(("snake+C", with_c_futures))
+                notes.append("snake+C:   snakeloop with stdlib_futures=True")
+
+    if not args.no_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            notes.append("uvloop:    not installed; skipped")
+        else:
+            loops.append(("uvloop", uvloop.new_event_loop))
+            notes.append(f"uvloop:    {getattr(uvloop, '__version__', '?')}")
+    return loops, notes
+
+
+def measure(function, factory, scale):
+    gc.collect()
+    loop = factory()
+    try:
+        operations, seconds = function(loop, scale)
+    finally:
+        loop.close()
+    return operations / seconds
+
+
+def human(rate):
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if rate >= factor:
+            return f"{rate / factor:.2f}{suffix}"
+    return f"{rate:.1f}"
+
+
+def run_workload(function, loops, repeat, scale):
+    """{label: [rate, ...] or an error string}; the loop order rotates every round."""
+    rates = {label: [] for label, _ in loops}
+    failed = {}
+    for label, factory in loops:  # warm-up, untimed
+        try:
+            measure(function, factory, scale * 0.2)
+        except Exception as exc:  # report it and keep benchmarking the other loops
+            failed[label] = f"{type(exc).__name__}: {exc}"
+    for round_ in range(repeat):
+        shift = round_ % len(loops)
+        for label, factory in loops[shift:] + loops[:shift]:
+            if label not in failed:
+                rates[label].append(measure(function, factory, scale))
+    return {label: failed.get(label) or samples for label, samples in rates.items()}
+
+
+def report(title, unit, results, repeat):
+    print(f"\n{title}  [{unit}, median of {repeat}]")
+    medians = {
+        label: statistics.median(samples)
+        for label, samples in results.items()
+        if not isinstance(samples, str)
+    }
+    for label, samples in results.items():
+        if isinstance(samples, str):
+            print(f"  {label:<10} error: {samples}")
+            continue
+        median = medians[label]
+        line = f"  {label:<10} {human(median):>8}"
+        if label != "stdlib":
+            line += f"   {median / medians['stdlib']:5.2f}x stdlib"
+            if "uvloop" in medians and label != "uvloop":
+                line += f"   {median / medians['uvloop']:5.2f}x uvloop"
+        spread = (max(samples) - min(samples)) / median
+        print(f"{line:<58} spread {spread:4.0%}")
+    return medians
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, 3 rounds")
+    parser.add_argument("--repeat", type=int, help="rounds per workload (default 5, quick 3)")
+    parser.add_argument(
+        "--only", help="comma-separated workload names: " + ",".join(name for name, *_ in WORKLOADS)
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with this thread's CPU time instead of wall time (on a busy machine)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
+    parser.add_argument(
+        "--stdlib-futures", action="store_true", help="also run snakeloop with stdlib_futures=True"
+    )
+    parser.add_argument("--no-uvloop", action="store_true", help="leave uvloop out")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="use the installed snakeloop, not this checkout's src/",
+    )
+    parser.add_argument(
+        "--snakeloop",
+        metavar="MODULE:FACTORY",
+        help="benchmark this loop factory in snakeloop's place",
+    )
+    args = parser.parse_args(argv)
+    repeat = args.repeat or (3 if args.quick else 5)
+    scale = 0.25 if args.quick else 1.0
+    chosen = WORKLOADS
+    if args.only:
+        names = args.only.split(",")
+        unknown = set(names) - {name for name, *_ in WORKLOADS}
+        if unknown:
+            parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+        chosen = [w for w in WORKLOADS if w[0] in names]
+
+    if args.cpu_time:
+        workloads.clock = time.thread_time
+    loops, notes = find_loops(args)
+    impl = platform.python_implementation()
+    print(
+        f"Python {platform.python_version()} ({impl}) on {platform.machine()}, "
+        f"{repeat} rounds, loops interleaved, scale {scale}, "
+        f"{'CPU time (thread_time)' if args.cpu_time else 'wall time (perf_counter)'}"
+    )
+    for note in notes:
+        print(f"  {note}")
+
+    started = time.perf_counter()
+    summary, samples, errors = {}, {}, 0
+    for name, title, unit, function in chosen:
+        results = run_workload(function, loops, repeat, scale)
+        samples[name] = results
+        errors += sum(isinstance(r, str) for r in results.values())
+        summary[name] = report(title, unit, results, repeat)
+
+    others = [label for label, _ in loops if label != "stdlib"]
+    if others:
+        print("\nratio to stdlib (median rates):")
+        print(f"  {'workload':<10}" + "".join(f"{label:>11}" for label in others))
+        for name, medians in summary.items():
+            cells = "".join(
+                f"{medians[label] / medians['stdlib']:>10.2f}x"
+                if label in medians
+                else f"{'-':>11}"
+                for label in others
+            )
+            print(f"  {name:<10}{cells}")
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+    if args.json:
+        document = {
+            "python": sys.version,
+            "loops": notes,
+            "scale": scale,
+            "clock": "thread_time" if args.cpu_time else "perf_counter",
+            "rates": samples,
+        }
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
