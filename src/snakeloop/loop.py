@@ -221,6 +221,7 @@ class Loop(
         self._closed = True
         self._ready.clear()
         self._scheduled.clear()
+        self._timers.clear()
         self._executor_shutdown_called = True
         executor = self._default_executor
         if executor is not None:

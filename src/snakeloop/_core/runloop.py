@@ -18,8 +18,13 @@ One iteration (``_run_once``) is:
 5. run exactly the callbacks that were in the deque when this step began;
    callbacks they add wait for the next iteration.
 
-Timers live in the heap as ``(when, sequence, handle)`` so that equal
-deadlines fire in the order they were set, and tuple comparison stays in C.
+The heap holds deadlines only (floats: compared in C, and invisible to the
+garbage collector); ``_timers`` maps each deadline to its handle, or to a
+list of handles in the order they were set when several share it, so equal
+deadlines fire first-in, first-out.  Heap entries that referenced handles
+(asyncio's TimerHandles with a Python ``__lt__``, or ``(when, seq, handle)``
+tuples) cost either a Python call per comparison or one more object per
+timer for the collector to track.
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ class CoreLoop:
     __slots__ = (
         "_ready",
         "_scheduled",
-        "_timer_seq",
+        "_timers",
         "_timer_cancelled_count",
         "_stopping",
         "_closed",
@@ -101,7 +106,7 @@ class CoreLoop:
     def __init__(self, clock, io_backend, waker):
         self._ready = collections.deque()
         self._scheduled = []
-        self._timer_seq = 0
+        self._timers = {}
         self._timer_cancelled_count = 0
         self._stopping = False
         self._closed = False
@@ -202,9 +207,16 @@ class CoreLoop:
         if timer._source_traceback:
             # Drop the frames of _push_timer and call_later/call_at.
             del timer._source_traceback[-2:]
-        seq = self._timer_seq
-        self._timer_seq = seq + 1
-        _heappush(self._scheduled, (when, seq, timer))
+        timers = self._timers
+        entry = timers.get(when)
+        if entry is None:
+            timers[when] = timer
+            _heappush(self._scheduled, when)
+        elif entry.__class__ is list:
+            entry.append(timer)
+        else:
+            # A second timer for the same deadline: it fires after the first.
+            timers[when] = [entry, timer]
         timer._scheduled = True
         return timer
 
@@ -260,25 +272,16 @@ class CoreLoop:
         ready = self._ready
 
         # 1. Lazily cancelled timers.
+        timers = self._timers
         if self._timer_cancelled_count:
             n = len(scheduled)
             if (
                 n > _MIN_TIMERS_TO_COMPACT
                 and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
             ):
-                kept = []
-                for entry in scheduled:
-                    if entry[2]._cancelled:
-                        entry[2]._scheduled = False
-                    else:
-                        kept.append(entry)
-                heapq.heapify(kept)
-                self._scheduled = scheduled = kept
-                self._timer_cancelled_count = 0
+                self._scheduled = scheduled = self._compact_timers()
             else:
-                while scheduled and scheduled[0][2]._cancelled:
-                    self._timer_cancelled_count -= 1
-                    _heappop(scheduled)[2]._scheduled = False
+                self._drop_cancelled_timers_at_top()
 
         # 2-3. Poll, unless callbacks are waiting and only the waker is watched.
         readers = self._readers
@@ -292,7 +295,7 @@ class CoreLoop:
             if ready:
                 timeout = 0
             elif scheduled:
-                timeout = scheduled[0][0] - self._now()
+                timeout = scheduled[0] - self._now()
                 if timeout > MAXIMUM_POLL_TIMEOUT:
                     timeout = MAXIMUM_POLL_TIMEOUT
                 elif timeout < 0:
@@ -309,13 +312,20 @@ class CoreLoop:
         if scheduled:
             end_time = self._now() + self._clock_resolution
             while scheduled:
-                entry = scheduled[0]
-                if entry[0] >= end_time:
+                when = scheduled[0]
+                if when >= end_time:
                     break
                 _heappop(scheduled)
-                handle = entry[2]
-                handle._scheduled = False
-                ready.append(handle)
+                entry = timers.pop(when)
+                if entry.__class__ is list:
+                    for handle in entry:
+                        handle._scheduled = False
+                        if handle._cancelled:
+                            self._timer_cancelled_count -= 1
+                        ready.append(handle)
+                else:
+                    entry._scheduled = False
+                    ready.append(entry)
 
         # 5. Run what was ready when this step began.
         ntodo = len(ready)
@@ -345,6 +355,53 @@ class CoreLoop:
             except BaseException as exc:
                 handle._report(exc)
         handle = callback = arg = context = None
+
+    def _drop_cancelled_timers_at_top(self):
+        """Pop cancelled timers while they are the earliest ones."""
+        scheduled = self._scheduled
+        timers = self._timers
+        while scheduled:
+            when = scheduled[0]
+            entry = timers[when]
+            if entry.__class__ is list:
+                live = [h for h in entry if not h._cancelled]
+                dropped = len(entry) - len(live)
+                for h in entry:
+                    if h._cancelled:
+                        h._scheduled = False
+                self._timer_cancelled_count -= dropped
+                if live:
+                    timers[when] = live if len(live) > 1 else live[0]
+                    return
+            else:
+                if not entry._cancelled:
+                    return
+                entry._scheduled = False
+                self._timer_cancelled_count -= 1
+            _heappop(scheduled)
+            del timers[when]
+
+    def _compact_timers(self):
+        """Rebuild the heap without its cancelled timers."""
+        timers = self._timers
+        kept = []
+        for when in self._scheduled:
+            entry = timers[when]
+            handles = entry if entry.__class__ is list else (entry,)
+            live = []
+            for h in handles:
+                if h._cancelled:
+                    h._scheduled = False
+                else:
+                    live.append(h)
+            if live:
+                timers[when] = live if len(live) > 1 else live[0]
+                kept.append(when)
+            else:
+                del timers[when]
+        heapq.heapify(kept)
+        self._timer_cancelled_count = 0
+        return kept
 
     def _dispatch(self, events):
         """Queue the callbacks of the fds the backend reported ready."""
