@@ -219,7 +219,8 @@ class SendfileMixin:
         fd = transp._sock_fd
         # While the socket is lent out, the fd is not the transport's: the
         # sock_* calls below may register callbacks on it.
-        if self._transports.get(fd) is transp:
+        lent = self._transports.get(fd) is transp
+        if lent:
             del self._transports[fd]
         resume_reading = transp.is_reading()
         transp.pause_reading()
@@ -228,19 +229,21 @@ class SendfileMixin:
             # here on ("sendfile is in progress").
             waiter = transp._make_empty_waiter()
         except BaseException:
-            self._restore_transport(transp, fd, resume_reading)
+            # Another sendfile holds the transport: leave it to that one.
+            self._restore_transport(transp, fd, resume_reading, lent)
             raise
         try:
             await waiter
             return await self.sock_sendfile(transp._sock, file, offset, count, fallback=False)
         finally:
             transp._reset_empty_waiter()
-            self._restore_transport(transp, fd, resume_reading)
+            self._restore_transport(transp, fd, resume_reading, lent)
 
-    def _restore_transport(self, transp, fd, resume_reading):
+    def _restore_transport(self, transp, fd, resume_reading, lent):
         if resume_reading:
             transp.resume_reading()
-        if getattr(transp, "_sock", None) is not None and fd not in self._transports:
+        # Give the fd back unless the transport closed meanwhile.
+        if lent and getattr(transp, "_sock", None) is not None and fd not in self._transports:
             self._transports[fd] = transp
 
     async def _sendfile_fallback(self, transp, file, offset, count):

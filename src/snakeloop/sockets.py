@@ -29,6 +29,11 @@ OS facts this module relies on:
 * ``connect`` wants a numeric address: host names of ``AF_INET``/
   ``AF_INET6`` sockets are resolved first with ``getaddrinfo`` in the
   default executor (numeric ones skip it).
+* ``recv(n)`` allocates ``n`` bytes and shrinks the result to what
+  arrived.  For ``n`` above about 64 KiB glibc serves that allocation with
+  mmap/munmap in a fresh process, several times the cost of the copy, so
+  large reads go through the loop's shared 256 KiB buffer and are copied
+  out at their real size.
 """
 
 from __future__ import annotations
