@@ -1,0 +1,1 @@
+"""Tier R reliability tests (see shared/reliability-plan.md for the IDs)."""
