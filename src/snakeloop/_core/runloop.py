@@ -94,6 +94,7 @@ class CoreLoop:
         "_clock_resolution",
         "_now",
         "_io",
+        "_poll",
         "_waker",
         "_waker_fd",
         "_polling",
@@ -116,6 +117,7 @@ class CoreLoop:
         self._clock_resolution = clock.resolution
         self._now = clock.monotonic
         self._io = io_backend
+        self._poll = io_backend.poll
         self._waker = waker
         self._waker_fd = waker.fileno()
         self._polling = False
@@ -287,8 +289,10 @@ class CoreLoop:
         readers = self._readers
         writers = self._writers
         if ready or self._stopping:
-            if readers or writers:
-                self._dispatch(self._io.poll(0))
+            if not (readers or writers):
+                events = None
+            else:
+                events = self._poll(0)
         else:
             # Set before the deque is checked again: see call_soon_threadsafe.
             self._polling = True
@@ -303,10 +307,33 @@ class CoreLoop:
             else:
                 timeout = None
             try:
-                events = self._io.poll(timeout)
+                events = self._poll(timeout)
             finally:
                 self._polling = False
-            self._dispatch(events)
+        if events:
+            # Queue the callbacks of the ready fds.  Any bit but "writable"
+            # wakes the reader and any bit but "readable" the writer, so
+            # errors and hang-ups reach both.
+            append = ready.append
+            waker_fd = self._waker_fd
+            for fd, mask in events:
+                if fd == waker_fd:
+                    self._waker.drain()
+                    continue
+                if mask & _NOT_WRITABLE:
+                    handle = readers.get(fd)
+                    if handle is not None:
+                        if handle._cancelled:
+                            self._clear_io_handle(fd, readers, _READABLE)
+                        else:
+                            append(handle)
+                if mask & _NOT_READABLE:
+                    handle = writers.get(fd)
+                    if handle is not None:
+                        if handle._cancelled:
+                            self._clear_io_handle(fd, writers, _WRITABLE)
+                        else:
+                            append(handle)
 
         # 4. Due timers.
         if scheduled:
@@ -402,33 +429,6 @@ class CoreLoop:
         heapq.heapify(kept)
         self._timer_cancelled_count = 0
         return kept
-
-    def _dispatch(self, events):
-        """Queue the callbacks of the fds the backend reported ready."""
-        if not events:
-            return
-        readers = self._readers
-        writers = self._writers
-        append = self._ready.append
-        waker_fd = self._waker_fd
-        for fd, mask in events:
-            if fd == waker_fd:
-                self._waker.drain()
-                continue
-            if mask & _NOT_WRITABLE:
-                handle = readers.get(fd)
-                if handle is not None:
-                    if handle._cancelled:
-                        self._clear_io_handle(fd, readers, _READABLE)
-                    else:
-                        append(handle)
-            if mask & _NOT_READABLE:
-                handle = writers.get(fd)
-                if handle is not None:
-                    if handle._cancelled:
-                        self._clear_io_handle(fd, writers, _WRITABLE)
-                    else:
-                        append(handle)
 
     def _run_ready_debug(self, ntodo):
         """Step 5 in debug mode: time each callback and report slow ones."""

@@ -4,7 +4,8 @@ A backend watches file descriptors for readiness and nothing else:
 
 * ``register(fd, events)``, ``modify(fd, events)``, ``unregister(fd)``;
 * ``poll(timeout) -> list[(fd, events)]`` where ``timeout`` is seconds,
-  ``None`` blocks and ``0`` returns at once;
+  ``None`` blocks and ``0`` returns at once (a method, or any callable
+  attribute: the epoll backend hands out epoll's own);
 * ``close()`` and ``fileno()``.
 
 ``events`` is a mask of ``READABLE`` and ``WRITABLE``.  The loop keeps the

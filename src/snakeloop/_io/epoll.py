@@ -38,33 +38,30 @@ assert select.EPOLLIN == READABLE and select.EPOLLOUT == WRITABLE
 class EpollBackend:
     """Readiness through one epoll instance."""
 
-    __slots__ = ("_epoll", "_poll", "_nfds")
+    __slots__ = ("_epoll", "poll")
 
     def __init__(self) -> None:
         self._epoll = select.epoll()
-        self._poll = self._epoll.poll
-        self._nfds = 0
+        # poll(timeout) -> [(fd, events)] is epoll's own method: None blocks,
+        # and the masks need no translation (see _events), so the loop calls
+        # straight into C.
+        self.poll = self._epoll.poll
 
     def fileno(self) -> int:
         return self._epoll.fileno()
 
     def register(self, fd: int, events: int) -> None:
         self._epoll.register(fd, events)
-        self._nfds += 1
 
     def modify(self, fd: int, events: int) -> None:
         self._epoll.modify(fd, events)
 
     def unregister(self, fd: int) -> None:
-        self._nfds -= 1
         try:
             self._epoll.unregister(fd)
         except OSError:
             # Already closed by its owner: the kernel dropped it for us.
             pass
-
-    def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-        return self._poll(-1 if timeout is None else timeout, max(self._nfds, 1))
 
     def close(self) -> None:
         self._epoll.close()
