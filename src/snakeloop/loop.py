@@ -55,6 +55,8 @@ logger = logging.getLogger("asyncio")
 # only set a name that was given.
 _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
+_new_object = object.__new__
+
 
 def _fd_of(fileobj) -> int:
     """The fd behind an int or an object with ``fileno()``, as selectors does."""
@@ -248,7 +250,12 @@ class Loop(
             raise RuntimeError("Event loop is closed")
         factory = self._task_factory
         if factory is None:
-            task = self._task_class(coro, loop=self, name=name, context=context)
+            if self._task_class is Task:
+                # Task(coro, loop=self, ...) without the keyword-argument call.
+                task = _new_object(Task)
+                task._setup(coro, self, name, context, False, 1)
+            else:
+                task = self._task_class(coro, loop=self, name=name, context=context)
             if task._source_traceback:
                 del task._source_traceback[-1]
             return task

@@ -293,8 +293,18 @@ class Task(Future):
     _log_destroy_pending = True
 
     def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
-        # Future.__init__ is written out here: task creation is hot, and the
-        # source traceback must start at our caller either way.
+        if eager_start and not _PY312:
+            # Eager start came with 3.12; 3.11's Task has no such argument.
+            raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
+        self._setup(coro, loop, name, context, eager_start, 2)
+
+    def _setup(self, coro, loop, name, context, eager_start, depth):
+        """The body of __init__; ``loop.create_task`` calls it directly.
+
+        ``depth`` is how many frames up the caller whose stack the debug-mode
+        source traceback starts at.  Future.__init__ is written out here:
+        task creation is hot.
+        """
         if loop is None:
             loop = _default_loop()
         plain = getattr(loop, "_accepts_plain_callbacks", False)
@@ -310,7 +320,7 @@ class Task(Future):
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
         if loop._debug if plain else loop.get_debug():
-            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+            self._source_traceback = format_helpers.extract_stack(sys._getframe(depth))
         else:
             self._source_traceback = None
         self._log_destroy_pending = True
@@ -330,13 +340,9 @@ class Task(Future):
         if context is None:
             context = _copy_context()
         self._context = context
-        if eager_start:
-            if not _PY312:
-                # Eager start came with 3.12; 3.11's Task has no such argument.
-                raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
-            if loop.is_running():
-                self._eager_start()
-                return
+        if eager_start and loop.is_running():
+            self._eager_start()
+            return
         if plain and not loop._debug and not loop._closed:
             loop._ready.append((self._step, None, context))
         else:
