@@ -97,7 +97,6 @@ class CoreLoop:
         "_poll",
         "_waker",
         "_waker_fd",
-        "_polling",
         "_readers",
         "_writers",
         "_current_handle",
@@ -120,7 +119,6 @@ class CoreLoop:
         self._poll = io_backend.poll
         self._waker = waker
         self._waker_fd = waker.fileno()
-        self._polling = False
         self._readers = {}
         self._writers = {}
         self._current_handle = None
@@ -179,11 +177,12 @@ class CoreLoop:
         handle = Handle(callback, args, self, context)
         if handle._source_traceback:
             del handle._source_traceback[-1]
-        # deque.append is atomic.  The loop sets _polling before it looks at
-        # the deque, so either it sees this handle or we see the flag.
+        # deque.append is atomic.  The wakeup is written every time, not only
+        # when the loop sleeps: the syscall also hands the GIL over, so
+        # threads flooding the loop with callbacks cannot outrun it and grow
+        # the deque without bound.  The eventfd never fills up.
         self._ready.append(handle)
-        if self._polling:
-            self._waker.wake()
+        self._waker.wake()
         return handle
 
     def call_later(self, delay, callback, *args, context=None):
@@ -294,11 +293,7 @@ class CoreLoop:
             else:
                 events = self._poll(0)
         else:
-            # Set before the deque is checked again: see call_soon_threadsafe.
-            self._polling = True
-            if ready:
-                timeout = 0
-            elif scheduled:
+            if scheduled:
                 timeout = scheduled[0] - self._now()
                 if timeout > MAXIMUM_POLL_TIMEOUT:
                     timeout = MAXIMUM_POLL_TIMEOUT
@@ -306,10 +301,7 @@ class CoreLoop:
                     timeout = 0
             else:
                 timeout = None
-            try:
-                events = self._poll(timeout)
-            finally:
-                self._polling = False
+            events = self._poll(timeout)
         if events:
             # Queue the callbacks of the ready fds.  Any bit but "writable"
             # wakes the reader and any bit but "readable" the writer, so
