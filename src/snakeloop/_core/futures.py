@@ -566,5 +566,9 @@ class Task(Future):
         self = None  # break the frame/task cycle on errors
 
 
+# asyncio's C Task names its wakeup callback task_wakeup, and that is the
+# name future reprs show: cb=[Task.task_wakeup()].
+Task._wakeup.__qualname__ = "Task.task_wakeup"
+
 _OWN_CLASSES = frozenset((Future, Task))
 

@@ -16,11 +16,25 @@ does the same), which keeps the text identical across Python versions.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from asyncio import events, format_helpers
 from contextvars import copy_context
 
 __all__ = ["Handle", "TimerHandle"]
+
+# From 3.13 on, asyncio shows a callback's arguments only in debug mode
+# (they may hold secrets); the helper takes the switch.
+if "debug" in inspect.signature(format_helpers._format_callback_source).parameters:
+
+    def _callback_text(callback, args, loop):
+        return format_helpers._format_callback_source(callback, args, debug=loop.get_debug())
+
+else:
+
+    def _callback_text(callback, args, loop):
+        return format_helpers._format_callback_source(callback, args)
+
 
 
 class Handle(events.Handle):
@@ -51,7 +65,7 @@ class Handle(events.Handle):
         if self._cancelled:
             info.append("cancelled")
         if self._callback is not None:
-            info.append(format_helpers._format_callback_source(self._callback, self._args))
+            info.append(_callback_text(self._callback, self._args, self._loop))
         if self._source_traceback:
             frame = self._source_traceback[-1]
             info.append(f"created at {frame[0]}:{frame[1]}")
@@ -88,7 +102,7 @@ class Handle(events.Handle):
         self = None  # drop this frame's reference on error paths
 
     def _report(self, exc):
-        cb = format_helpers._format_callback_source(self._callback, self._args)
+        cb = _callback_text(self._callback, self._args, self._loop)
         context = {
             "message": f"Exception in callback {cb}",
             "exception": exc,

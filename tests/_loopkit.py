@@ -1,0 +1,367 @@
+"""Shared helpers for the snakeloop test-suite (not a test module).
+
+Everything here works with both snakeloop and the standard library loop so
+that behaviour tests can be run differentially: the same scenario runs on a
+stdlib loop and on a snakeloop loop and the observable results are compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.futures
+import asyncio.tasks
+import contextlib
+import gc
+import importlib
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+LOOP_KINDS = ("snakeloop", "stdlib")
+
+PY312 = sys.version_info >= (3, 12)
+PY313 = sys.version_info >= (3, 13)
+
+PyFuture = asyncio.futures._PyFuture
+PyTask = asyncio.tasks._PyTask
+
+
+def snakeloop_module():
+    """Import snakeloop lazily so stdlib-only tests run even without it."""
+    return importlib.import_module("snakeloop")
+
+
+class FakeClock:
+    """A clock advanced by hand.
+
+    ``loop.time()`` of a loop built with it returns ``monotonic()``.  Nothing
+    moves unless the test calls :meth:`advance` or :meth:`set`.
+    """
+
+    def __init__(self, start: float = 1000.0, resolution: float = 1e-9) -> None:
+        self.now = float(start)
+        self.resolution = resolution
+        self.calls = 0
+
+    def monotonic(self) -> float:
+        self.calls += 1
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError("a monotonic clock cannot go back")
+        self.now += seconds
+        return self.now
+
+    def set(self, when: float) -> float:
+        if when < self.now:
+            raise ValueError("a monotonic clock cannot go back")
+        self.now = float(when)
+        return self.now
+
+
+class PyRefLoop(asyncio.SelectorEventLoop):
+    """Stdlib selector loop whose futures and tasks are the pure-Python ones.
+
+    snakeloop promises the semantics of ``asyncio.futures._PyFuture`` and
+    ``asyncio.tasks._PyTask``, so differential state machines use this loop as
+    the reference rather than the C-accelerated classes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_task_factory(_py_task_factory)
+
+    def create_future(self):
+        return PyFuture(loop=self)
+
+
+def _py_task_factory(loop, coro, **kwargs):
+    return PyTask(coro, loop=loop, **kwargs)
+
+
+def new_loop(
+    kind: str, *, clock: FakeClock | None = None, stdlib_futures: bool = False
+) -> asyncio.AbstractEventLoop:
+    """Create a loop of the given kind ("snakeloop", "stdlib" or "stdlib-py")."""
+    if kind == "snakeloop":
+        kwargs: dict[str, Any] = {}
+        if clock is not None:
+            kwargs["clock"] = clock
+        if stdlib_futures:
+            kwargs["stdlib_futures"] = True
+        return snakeloop_module().new_event_loop(**kwargs)
+    if kind == "stdlib":
+        loop = asyncio.SelectorEventLoop()
+    elif kind == "stdlib-py":
+        loop = PyRefLoop()
+    else:
+        raise ValueError(f"unknown loop kind {kind!r}")
+    if clock is not None:
+        # BaseEventLoop always goes through self.time(), so an instance
+        # attribute is enough to put the stdlib loop on the fake clock.
+        loop.time = clock.monotonic  # type: ignore[method-assign]
+        loop._clock_resolution = clock.resolution
+    return loop
+
+
+def future_class(kind: str):
+    if kind == "snakeloop":
+        return snakeloop_module().Future
+    if kind == "stdlib-py":
+        return PyFuture
+    return asyncio.Future
+
+
+def task_class(kind: str):
+    if kind == "snakeloop":
+        return snakeloop_module().Task
+    if kind == "stdlib-py":
+        return PyTask
+    return asyncio.Task
+
+
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a loop the way asyncio.run does (idempotent)."""
+    if loop.is_closed():
+        return
+    if loop.is_running():
+        raise RuntimeError("close_loop() called on a running loop")
+    try:
+        _cancel_all_tasks(loop)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+
+
+def _cancel_all_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    if not pending:
+        return
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+@contextlib.contextmanager
+def loop_ctx(kind: str, **kwargs: Any) -> Iterator[asyncio.AbstractEventLoop]:
+    loop = new_loop(kind, **kwargs)
+    try:
+        yield loop
+    finally:
+        close_loop(loop)
+
+
+def run_once(loop: asyncio.AbstractEventLoop) -> None:
+    """Run exactly one loop iteration (the documented stop-then-run idiom)."""
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+
+
+def run_iterations(loop: asyncio.AbstractEventLoop, n: int) -> None:
+    for _ in range(n):
+        run_once(loop)
+
+
+def drive(
+    loop: asyncio.AbstractEventLoop,
+    clock: FakeClock,
+    until: Callable[[], bool],
+    *,
+    step: float,
+    settle: int = 10,
+    max_steps: int = 100_000,
+) -> int:
+    """Alternate ``settle`` loop iterations with moving the fake clock by ``step``.
+
+    Every iteration has a ready callback (``loop.stop``), so the loop never
+    blocks and the test is as fast as its callbacks.  The clock stands still
+    for ``settle`` iterations, long enough for a timer's effects to travel
+    through futures and task wakeups before time moves on, so code that
+    reads ``loop.time()`` after waking sees its exact deadline.  Returns the
+    number of clock steps taken.
+    """
+    for steps in range(max_steps):
+        for _ in range(settle):
+            if until():
+                return steps
+            run_once(loop)
+        if until():
+            return steps
+        clock.advance(step)
+    raise AssertionError(f"condition not reached after {max_steps} clock steps")
+
+
+def run_fake(
+    loop: asyncio.AbstractEventLoop,
+    clock: FakeClock,
+    coro,
+    *,
+    step: float = 0.001,
+    settle: int = 10,
+    max_steps: int = 100_000,
+):
+    """run_until_complete() on fake time: see :func:`drive`."""
+    task = loop.create_task(coro)
+    drive(loop, clock, task.done, step=step, settle=settle, max_steps=max_steps)
+    return task.result()
+
+
+class Raised:
+    """The normalised outcome of a call that raised."""
+
+    __slots__ = ("type", "message")
+
+    def __init__(self, exc: BaseException) -> None:
+        self.type = type(exc)
+        self.message = mask_addresses(str(exc))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Raised) and self.type is other.type and self.message == other.message
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.message))
+
+    def __repr__(self) -> str:
+        return f"Raised({self.type.__name__}, {self.message!r})"
+
+
+def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Return ``("ok", value)`` or a :class:`Raised` for ``fn(*args, **kwargs)``."""
+    try:
+        return ("ok", fn(*args, **kwargs))
+    except BaseException as exc:  # noqa: BLE001 - normalised for comparison
+        if isinstance(exc, (KeyboardInterrupt,)):
+            raise
+        return Raised(exc)
+
+
+def differential(
+    scenario: Callable[[asyncio.AbstractEventLoop], Any],
+    *,
+    kinds: tuple[str, str] = ("stdlib", "snakeloop"),
+    **loop_kwargs: Any,
+) -> tuple[Any, Any]:
+    """Run ``scenario(loop)`` on a fresh loop of each kind; return both results.
+
+    Exceptions escaping the scenario are normalised with :func:`outcome`.
+    """
+    results = []
+    for kind in kinds:
+        with loop_ctx(kind, **loop_kwargs) as loop:
+            results.append(outcome(scenario, loop))
+    return results[0], results[1]
+
+
+def assert_same(scenario: Callable[[asyncio.AbstractEventLoop], Any], **kw: Any) -> Any:
+    """Run a scenario differentially and assert both loops behave alike."""
+    ref, got = differential(scenario, **kw)
+    assert got == ref, (
+        f"snakeloop diverges from stdlib:\n  stdlib:    {ref!r}\n  snakeloop: {got!r}"
+    )
+    return ref
+
+
+def full_gc(passes: int = 3) -> None:
+    for _ in range(passes):
+        gc.collect()
+
+
+class ExceptionRecorder:
+    """An exception handler that records loop error contexts."""
+
+    def __init__(self) -> None:
+        self.contexts: list[dict[str, Any]] = []
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        self.contexts.append(context)
+
+    def messages(self) -> list[str]:
+        return [c.get("message", "") for c in self.contexts]
+
+    def summary(self) -> list[tuple[str, Any]]:
+        out = []
+        for ctx in self.contexts:
+            exc = ctx.get("exception")
+            out.append((ctx.get("message"), None if exc is None else (type(exc), str(exc))))
+        return out
+
+
+class LogCapture:
+    """Collect records of the asyncio and snakeloop loggers."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def texts(self, level: int = 0) -> list[tuple[str, str]]:
+        return [
+            (r.levelname, mask_addresses(r.getMessage()))
+            for r in self.records
+            if r.levelno >= level
+        ]
+
+
+@contextlib.contextmanager
+def capture_logs(level: int = logging.WARNING) -> Iterator[LogCapture]:
+    capture = LogCapture()
+
+    class _Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            capture.records.append(record)
+
+    handler = _Handler(level=level)
+    loggers = [logging.getLogger(name) for name in ("asyncio", "snakeloop")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        yield capture
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+
+
+def mask_addresses(text: str) -> str:
+    """Hide what legitimately differs between implementations in a repr.
+
+    Object addresses, the source location of the loop's own internal
+    callbacks (``cb=[_run_until_complete_cb() at <file>:<line>]``) and the
+    defining class in Python's own argument errors
+    (``BaseEventLoop.f() got an unexpected keyword argument ...``).
+    """
+    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
+    text = re.sub(r"\(\) at [^\s\]>]+:\d+", "() at ?", text)
+    return re.sub(r"\b[A-Za-z_]\w*\.(\w+\(\) (?:got|takes|missing) )", r"?.\1", text)
+
+
+def run_machine(machine: type, settings: Any) -> None:
+    """run_state_machine_as_test(), keeping the per-example gc passes cheap.
+
+    The machines call gc.collect() to make finalizers ("exception was never
+    retrieved") run at a known point.  Hypothesis's own bookkeeping grows to
+    millions of objects on long runs, so each example starts by freezing
+    everything alive (:meth:`FrozenHeapMixin.__init__`); the collections then
+    only scan the objects of the example itself.  Everything is unfrozen at
+    the end so that nothing stays uncollectable.
+    """
+    from hypothesis.stateful import run_state_machine_as_test
+
+    try:
+        run_state_machine_as_test(machine, settings=settings)
+    finally:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+
+class FrozenHeapMixin:
+    """Mix into a RuleBasedStateMachine run with :func:`run_machine`."""
+
+    def __init__(self) -> None:
+        gc.collect(0)
+        gc.freeze()
+        super().__init__()

@@ -1,0 +1,299 @@
+"""Fixtures and per-test leak guards for the snakeloop test-suite.
+
+Every test runs under :func:`_leak_guard` (autouse), which fails the test if it
+leaves behind open file descriptors, threads, unclosed event loops, objects
+whose finalizers warn (``ResourceWarning``) or raise, a changed event loop
+policy, a running loop, or unexpected ERROR records on the ``asyncio`` /
+``snakeloop`` loggers (for example "Task was destroyed but it is pending!").
+
+Tests that *expect* such log records request :func:`asyncio_errors`; tests
+that expect their loop's exception handler to be called request
+:func:`loop_errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import sys
+import threading
+import time
+import warnings
+import weakref
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _loopkit import (  # noqa: E402
+    LOOP_KINDS,
+    ExceptionRecorder,
+    FakeClock,
+    close_loop,
+    new_loop,
+)
+
+_LOGGERS = ("asyncio", "snakeloop")
+_THREAD_GRACE = 5.0
+
+
+def _fd_snapshot() -> dict[int, str]:
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the directory handle used by listdir itself
+    return fds
+
+
+def _live_loops() -> list[asyncio.AbstractEventLoop]:
+    return [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+
+
+# Loops alive before the first test (created at import time by plugins, say)
+# are not this suite's business.
+_baseline_loops: weakref.WeakSet = weakref.WeakSet()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    for lp in _live_loops():
+        try:
+            _baseline_loops.add(lp)
+        except TypeError:
+            pass
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported so far lives for the whole session: move it out of
+    # the collector's way so that the per-test gc passes stay cheap.
+    gc.collect()
+    gc.freeze()
+
+
+class _ErrorLogCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def _leak_guard(request: pytest.FixtureRequest):
+    capture = _ErrorLogCapture()
+    loggers = [logging.getLogger(name) for name in _LOGGERS]
+    for lg in loggers:
+        lg.addHandler(capture)
+    request.node._asyncio_error_capture = capture
+
+    fds_before = _fd_snapshot()
+    threads_before = set(threading.enumerate())
+    policy_before = asyncio.get_event_loop_policy()
+    hooks_before = sys.get_asyncgen_hooks()
+
+    yield
+
+    problems: list[str] = []
+    try:
+        # Finalizers must neither warn nor raise.
+        unraisable: list[str] = []
+        old_hook = sys.unraisablehook
+
+        def hook(u):
+            unraisable.append(f"{u.exc_type.__name__}: {u.exc_value} (in {u.object!r})")
+
+        sys.unraisablehook = hook
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(3):
+                    if not gc.collect():
+                        break
+        finally:
+            sys.unraisablehook = old_hook
+        for w in caught:
+            problems.append(
+                f"warning during garbage collection: {w.category.__name__}: {w.message}"
+            )
+        problems.extend(f"exception in a finalizer: {u}" for u in unraisable)
+
+        # No event loop may be left open or running.
+        if asyncio._get_running_loop() is not None:
+            problems.append("a running event loop is still set after the test")
+            asyncio._set_running_loop(None)
+        for lp in _live_loops():
+            if lp in _baseline_loops:
+                continue
+            if not lp.is_closed():
+                problems.append(f"event loop left unclosed: {lp!r}")
+                if not lp.is_running():
+                    try:
+                        close_loop(lp)
+                    except Exception:  # noqa: BLE001 - reporting, not testing
+                        lp.close()
+        lp = None
+
+        # set_event_loop_policy(None) brings back an equivalent default
+        # policy object, so compare the kind of policy, not its identity.
+        if type(asyncio.get_event_loop_policy()) is not type(policy_before):
+            problems.append(
+                "the event loop policy was changed and not restored: "
+                f"{type(asyncio.get_event_loop_policy()).__name__}"
+            )
+            asyncio.set_event_loop_policy(policy_before)
+        if sys.get_asyncgen_hooks() != hooks_before:
+            problems.append("sys asyncgen hooks were changed and not restored")
+            sys.set_asyncgen_hooks(*hooks_before)
+
+        # Threads that are finishing get a short grace period.
+        deadline = time.monotonic() + _THREAD_GRACE
+        for th in set(threading.enumerate()) - threads_before:
+            th.join(max(0.0, deadline - time.monotonic()))
+        leaked_threads = [th for th in set(threading.enumerate()) - threads_before if th.is_alive()]
+        if leaked_threads:
+            problems.append(f"threads leaked: {leaked_threads!r}")
+
+        fds_after = _fd_snapshot()
+        if len(fds_after) > len(fds_before):
+            new = {fd: tgt for fd, tgt in fds_after.items() if fds_before.get(fd) != tgt}
+            problems.append(
+                f"file descriptors leaked: {len(fds_before)} before, {len(fds_after)} after; "
+                f"new: {new!r}"
+            )
+    finally:
+        for lg in loggers:
+            lg.removeHandler(capture)
+
+    if "loop_errors" not in request.fixturenames:
+        for recorder in getattr(request.node, "_loop_recorders", []):
+            if recorder.contexts:
+                problems.append(
+                    "the loop's exception handler was called unexpectedly: "
+                    + "; ".join(
+                        f"{ctx.get('message')!r} exception={ctx.get('exception')!r}"
+                        for ctx in recorder.contexts
+                    )
+                )
+    if not getattr(request.node, "_asyncio_errors_expected", False) and capture.records:
+        problems.append(
+            "unexpected ERROR log records: "
+            + "; ".join(f"[{r.name}] {r.getMessage()}" for r in capture.records)
+        )
+    if problems:
+        pytest.fail("leak guard:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def asyncio_errors(request: pytest.FixtureRequest) -> list[logging.LogRecord]:
+    """ERROR records of the asyncio/snakeloop loggers, for tests that expect some.
+
+    Requesting this fixture tells the leak guard not to fail on them; the test
+    must make its own assertions about the list (it fills up to teardown, so
+    call ``gc.collect()`` first when waiting for finalizer logs).
+    """
+    request.node._asyncio_errors_expected = True
+    return request.node._asyncio_error_capture.records
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+def _make_loop_fixture(request: pytest.FixtureRequest, kind: str, clock=None):
+    loop = new_loop(kind, clock=clock)
+    recorder = ExceptionRecorder()
+    loop.set_exception_handler(recorder)
+    request.node._loop_recorders = getattr(request.node, "_loop_recorders", []) + [recorder]
+    return loop, recorder
+
+
+def _finish_loop(request: pytest.FixtureRequest, loop, recorder: ExceptionRecorder) -> None:
+    # The leak guard checks the recorder after its gc passes, so that
+    # handler calls from finalizers ("Task was destroyed...") count too.
+    if loop.is_running():
+        pytest.fail("the loop is still running at teardown", pytrace=False)
+    close_loop(loop)
+
+
+@pytest.fixture
+def loop(request: pytest.FixtureRequest):
+    """A snakeloop loop (real clock) whose exception handler must stay unused."""
+    lp, recorder = _make_loop_fixture(request, "snakeloop")
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
+@pytest.fixture(params=LOOP_KINDS)
+def loop_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def any_loop(request: pytest.FixtureRequest, loop_kind: str):
+    """Parametrised over snakeloop and the stdlib loop (real clock)."""
+    lp, recorder = _make_loop_fixture(request, loop_kind)
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
+@pytest.fixture
+def fake_loop(request: pytest.FixtureRequest, loop_kind: str, fake_clock: FakeClock):
+    """Like :func:`any_loop` but running on :func:`fake_clock`."""
+    lp, recorder = _make_loop_fixture(request, loop_kind, clock=fake_clock)
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
+class LoopErrors:
+    """Live view of the contexts recorded by the test's loop fixture(s)."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+
+    def _all(self) -> list[dict]:
+        merged: list[dict] = []
+        for rec in getattr(self._node, "_loop_recorders", []):
+            merged.extend(rec.contexts)
+        return merged
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __getitem__(self, index):
+        return self._all()[index]
+
+    def messages(self) -> list[str]:
+        return [ctx.get("message", "") for ctx in self._all()]
+
+    def clear(self) -> None:
+        for rec in getattr(self._node, "_loop_recorders", []):
+            rec.contexts.clear()
+
+    def __repr__(self) -> str:
+        return f"LoopErrors({self._all()!r})"
+
+
+@pytest.fixture
+def fake_snakeloop(request: pytest.FixtureRequest, fake_clock: FakeClock):
+    """A snakeloop loop on :func:`fake_clock` (for snakeloop-only guarantees)."""
+    lp, recorder = _make_loop_fixture(request, "snakeloop", clock=fake_clock)
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
+@pytest.fixture
+def loop_errors(request: pytest.FixtureRequest) -> LoopErrors:
+    """Contexts passed to the exception handler of the test's loop fixture(s).
+
+    Requesting it means the test checks them itself; the loop fixture then
+    does not fail on them.
+    """
+    return LoopErrors(request.node)
