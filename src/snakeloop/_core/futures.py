@@ -214,7 +214,10 @@ class Future:
             self._log_traceback_flag = False
             exc = self._exception
             if exc is not None:
-                raise exc.with_traceback(self._exception_tb)
+                try:
+                    raise exc.with_traceback(self._exception_tb)
+                finally:
+                    exc = self = None
             return self._result
         if state == _CANCELLED:
             raise self._make_cancelled_error()
@@ -277,12 +280,15 @@ class Future:
         self._log_traceback_flag = True
 
     def __await__(self):
-        if self._state == _PENDING:
-            self._asyncio_future_blocking = True
-            yield self  # the Task hangs its wakeup on this future
-        if self._state == _PENDING:
-            raise RuntimeError("await wasn't used with future")
-        return self.result()
+        try:
+            if self._state == _PENDING:
+                self._asyncio_future_blocking = True
+                yield self  # the Task hangs its wakeup on this future
+            if self._state == _PENDING:
+                raise RuntimeError("await wasn't used with future")
+            return self.result()
+        finally:
+            self = None
 
     __iter__ = __await__
 
@@ -512,6 +518,7 @@ class Task(Future):
         finally:
             _leave_task(loop, self)
             self = None  # break the frame/task cycle on errors
+            exc = None
 
     def _reschedule_with_error(self, exc):
         self._loop.call_soon(self._step, exc, context=self._context)
@@ -560,6 +567,7 @@ class Task(Future):
         try:
             future.result()
         except BaseException as exc:
+            future = None
             self._step(exc)
         else:
             self._step()
