@@ -50,17 +50,19 @@ TLS and OpenSSL facts this module relies on
   transport underneath.
 
 The contract with the stream transport and with ``create_connection``
---------------------------------------------------------------------
+----------------------------------------------------------------------
 
 What ``SSLProtocol`` needs from the transport below it (the stream
 transport, or a ``SSLTransport`` for TLS over TLS):
 
-* it calls ``connection_made(transport)`` once, then ``get_buffer(n)`` and
-  ``buffer_updated(nbytes)`` (``data_received(data)`` also works); it calls
-  ``buffer_updated()`` right after filling the buffer, before any other
-  read on the loop, because connections share one receive buffer,
-  ``eof_received()``, ``pause_writing()``/``resume_writing()``, and finally
-  ``connection_lost(exc)`` exactly once, through ``call_soon``;
+* it calls ``connection_made(transport)`` once; then ``get_buffer(n)`` and
+  ``buffer_updated(nbytes)`` (``data_received(data)`` also works),
+  ``eof_received()`` and ``pause_writing()``/``resume_writing()``; and
+  finally ``connection_lost(exc)`` exactly once, through ``call_soon``;
+* it calls ``buffer_updated()`` right after filling the buffer that
+  ``get_buffer()`` returned, before any other read on the loop: all the
+  TLS connections of a loop share one receive buffer (readiness-based
+  transports always do this);
 * it honours the return value of ``eof_received()``: true keeps the
   transport open with reading stopped, false closes it;
 * it offers ``write(data)``, ``close()`` (flush, then ``connection_lost``),
@@ -102,7 +104,34 @@ use it when ``ssl=`` is given (``create_unix_*`` likewise)::
 * The application's ``connection_made`` runs once the handshake is done,
   then the waiter completes.  On failure the waiter gets the exception, the
   stream transport has been force-closed, and the application protocol is
-  never called.
+  never called.  (With ``call_connection_made=False``, as ``start_tls``
+  uses, the protocol was connected before, and a failed handshake ends in
+  its ``connection_lost(exc)``; a timed-out one, as in asyncio, does not.)
+
+Where snakeloop differs from asyncio, on purpose
+------------------------------------------------
+
+Each of these fixes an asyncio bug; everything else is meant to match.
+
+* A failed handshake sends the alert OpenSSL queued before the connection
+  is dropped, so the peer sees "unknown CA" or "certificate required"
+  instead of a bare reset or EOF.
+* The handshake's last flight (a TLS 1.3 client's Finished) is sent even
+  if the application paused reading in ``connection_made()``; asyncio
+  holds it back, and the server's handshake stalls.
+* ``close()`` after the peer's EOF arrived while reading was paused
+  finishes the shutdown; asyncio does nothing and the fd stays open.
+* ``is_closing()`` is true once the peer ended the stream, since writes
+  are dropped from then on; asyncio says so only at ``connection_lost``.
+* A ``BufferedProtocol`` whose ``get_buffer()`` returns a ``bytearray`` gets
+  its data; asyncio fills a copy of the buffer's tail instead.
+* ``set_write_buffer_limits(high=0)`` does not pause an empty buffer.
+* Our ``close_notify`` reaches the transport below even if that transport
+  had paused our writing when the shutdown completed.
+* After a second ``close()`` the transport acts closed instead of raising
+  ``AttributeError``.
+* The receive buffer (256 KiB) is shared by the loop's TLS connections
+  instead of allocated per connection.
 """
 
 from __future__ import annotations
@@ -234,7 +263,12 @@ class SSLTransport(transports._FlowControlMixin):
         return self._ssl_protocol._app_protocol
 
     def is_closing(self):
-        return self._closed
+        # Also true once the peer ended the stream (a bare FIN, with no
+        # close_notify before it): from then on writes are dropped, so a
+        # writer that checks is_closing() must stop.  asyncio only says so
+        # after connection_lost, and such a writer spins until then.
+        proto = self._ssl_protocol
+        return self._closed or (proto is not None and proto._state >= _FLUSHING)
 
     def close(self):
         if not self._closed:
@@ -384,6 +418,9 @@ class SSLProtocol(protocols.BufferedProtocol):
             server_side=server_side,
             server_hostname=self._server_hostname,
         )
+        # The C object behind the SSLObject: the same read()/write()/
+        # pending(), without a Python-level wrapper call for every record.
+        self._sslobj_c = getattr(self._sslobj, "_sslobj", self._sslobj)
 
         self._state = _UNWRAPPED
         self._app_state = _APP_INIT if call_connection_made else _APP_MADE
@@ -631,7 +668,7 @@ class SSLProtocol(protocols.BufferedProtocol):
             self._wakeup_waiter(exc)
             return
 
-        if self._loop.get_debug():
+        if self._loop.get_debug() and self._handshake_start_time is not None:
             elapsed = self._loop.time() - self._handshake_start_time
             logger.debug("%r: SSL handshake took %.1f ms", self, elapsed * 1e3)
 
@@ -757,7 +794,7 @@ class SSLProtocol(protocols.BufferedProtocol):
 
     def _do_write(self):
         backlog = self._write_backlog
-        write = self._sslobj.write
+        write = self._sslobj_c.write
         try:
             while backlog:
                 data = backlog[0]
@@ -772,10 +809,8 @@ class SSLProtocol(protocols.BufferedProtocol):
         self._process_outgoing()
 
     def _process_outgoing(self):
-        if not self._ssl_writing_paused and self._transport is not None:
-            data = self._outgoing.read()
-            if data:
-                self._transport.write(data)
+        if self._outgoing.pending and not self._ssl_writing_paused and self._transport:
+            self._transport.write(self._outgoing.read())
         self._control_app_writing()
 
     # -- application data in ---------------------------------------------
@@ -806,7 +841,9 @@ class SSLProtocol(protocols.BufferedProtocol):
             wants = len(buf)
             if not wants:
                 raise RuntimeError("get_buffer() returned an empty buffer")
-            read = self._sslobj.read
+            sslobj = self._sslobj_c
+            read = sslobj.read
+            incoming = self._incoming
             offset = 0
             count = 1
             try:
@@ -814,6 +851,8 @@ class SSLProtocol(protocols.BufferedProtocol):
                 if count > 0:
                     offset = count
                     while offset < wants:
+                        if not incoming.pending and not sslobj.pending():
+                            break  # the next read could only want more bytes
                         count = read(wants - offset, buf[offset:])
                         if count <= 0:
                             break
@@ -830,7 +869,9 @@ class SSLProtocol(protocols.BufferedProtocol):
             self._on_close_notify()
 
     def _do_read_copied(self):
-        read = self._sslobj.read
+        sslobj = self._sslobj_c
+        read = sslobj.read
+        incoming = self._incoming
         max_size = self.max_size
         chunks = []
         chunk = b"-"
@@ -840,6 +881,11 @@ class SSLProtocol(protocols.BufferedProtocol):
                 if not chunk:
                     break
                 chunks.append(chunk)
+                # Nothing left in the BIO nor decrypted inside OpenSSL: the
+                # next read could only raise SSLWantReadError, which costs
+                # more than asking.
+                if not incoming.pending and not sslobj.pending():
+                    break
         except _AGAIN:
             pass
         if chunks:
