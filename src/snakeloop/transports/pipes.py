@@ -440,9 +440,7 @@ class PipesMixin:
             transport.close()
             raise
         if self._debug:
-            logger.debug(
-                "Read pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol
-            )
+            logger.debug("Read pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
         return transport, protocol
 
     async def connect_write_pipe(
@@ -458,7 +456,5 @@ class PipesMixin:
             transport.close()
             raise
         if self._debug:
-            logger.debug(
-                "Write pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol
-            )
+            logger.debug("Write pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
         return transport, protocol

@@ -1,0 +1,94 @@
+"""R-EX-1: default executor shutdown, on both loops.
+
+(Named with the subprocess tests: the worker threads are the loop's other
+way of running code outside the loop thread.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+import pytest
+from _loopkit import PY313
+
+
+def _executor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("asyncio")]
+
+
+def test_r_ex_1_many_calls_half_cancelled(any_loop):
+    loop = any_loop
+    rng = random.Random(1)
+    baseline = len(_executor_threads())
+
+    def work(i):
+        time.sleep(rng.random() * 0.0005)
+        return i * i
+
+    async def main():
+        futures = [loop.run_in_executor(None, work, i) for i in range(1000)]
+        cancelled = set(rng.sample(range(1000), 500))
+        for i in cancelled:
+            futures[i].cancel()
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for i, result in enumerate(results):
+            if i in cancelled:
+                assert isinstance(result, asyncio.CancelledError)
+            else:
+                assert result == i * i
+        await loop.shutdown_default_executor()
+        with pytest.raises(RuntimeError, match="Executor shutdown has been called"):
+            loop.run_in_executor(None, work, 0)
+
+    loop.run_until_complete(asyncio.wait_for(main(), 60))
+    assert len(_executor_threads()) == baseline
+
+
+@pytest.mark.skipif(
+    not PY313,
+    reason="3.12 awaits the executor's shutdown before it applies the timeout "
+    "(asyncio 3.12 behaviour, which snakeloop keeps); 3.13 bounds the wait",
+)
+def test_r_ex_1_shutdown_timeout_with_blocked_worker(any_loop):
+    loop = any_loop
+    release = threading.Event()
+
+    async def main():
+        fut = loop.run_in_executor(None, release.wait, 30)
+        await asyncio.sleep(0.01)
+        start = time.monotonic()
+        with pytest.warns(RuntimeWarning, match="did not finishing joining its threads"):
+            await loop.shutdown_default_executor(timeout=0.5)
+        elapsed = time.monotonic() - start
+        release.set()
+        await fut
+        return elapsed
+
+    try:
+        elapsed = loop.run_until_complete(asyncio.wait_for(main(), 30))
+    finally:
+        release.set()
+    assert 0.4 <= elapsed <= 1.0
+    for t in _executor_threads():
+        t.join(5)
+
+
+def test_r_ex_1_close_never_joins(any_loop):
+    loop = any_loop
+    release = threading.Event()
+
+    async def main():
+        loop.run_in_executor(None, release.wait, 30)
+        await asyncio.sleep(0.01)
+
+    loop.run_until_complete(main())
+    start = time.monotonic()
+    loop.close()
+    elapsed = time.monotonic() - start
+    release.set()
+    for t in _executor_threads():
+        t.join(5)
+    assert elapsed < 0.5
