@@ -10,9 +10,11 @@ OS and CPython facts this module relies on:
 * A byte is dropped when that fd's buffer is full.  asyncio shares one
   self-pipe between signal bytes and thread wakeups, so a flood of
   ``call_soon_threadsafe`` can fill it and lose signals.  snakeloop gives
-  signals a socketpair of their own; threads wake the loop through a
-  separate eventfd that cannot fill up.  The signal socket's buffer holds
-  hundreds of thousands of bytes, and it is drained on every iteration it
+  signals a pipe of their own; threads wake the loop through a separate
+  eventfd that cannot fill up.  A pipe holds one byte per signal: 65,536 of
+  them by default, and up to 1 MiB where ``F_SETPIPE_SZ`` allows (a Unix
+  socketpair, by contrast, charges each one-byte send for a whole buffer
+  and fills after a few hundred).  The pipe is drained on every iteration it
   is readable.
 * Standard signals are not queued by the kernel: a signal raised while
   the same one is pending is merged into it.  That is delivery, not loss;
@@ -28,8 +30,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
-import socket
 import sys
 import warnings
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
@@ -39,6 +41,8 @@ from ._core.handles import Handle
 __all__ = ["SignalsMixin"]
 
 logger = logging.getLogger("asyncio")
+
+_PIPE_SIZE = 1 << 20
 
 
 def _sighandler_noop(signum, frame):
@@ -57,22 +61,26 @@ class SignalsMixin:
 
     def _init_signals(self):
         self._signal_handlers = {}
-        self._signal_sock = None  # the read end of our wakeup socketpair
-        self._signal_wsock = None
+        self._signal_rfd = -1  # our wakeup pipe, opened on first use
+        self._signal_wfd = -1
         self._previous_wakeup_fd = -1
 
-    def _open_signal_socket(self):
-        rsock, wsock = socket.socketpair()
-        rsock.setblocking(False)
-        wsock.setblocking(False)
-        self._signal_sock = rsock
-        self._signal_wsock = wsock
-        self._add_reader(rsock.fileno(), self._read_signals)
+    def _open_signal_pipe(self):
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            import fcntl
+
+            fcntl.fcntl(wfd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+        except (ImportError, AttributeError, OSError):
+            pass  # the default 64 KiB is still 65,536 pending signals
+        self._signal_rfd = rfd
+        self._signal_wfd = wfd
+        self._add_reader(rfd, self._read_signals)
 
     def _read_signals(self):
         while True:
             try:
-                data = self._signal_sock.recv(4096)
+                data = os.read(self._signal_rfd, 65536)
             except (BlockingIOError, InterruptedError):
                 return
             if not data:
@@ -95,14 +103,14 @@ class SignalsMixin:
             raise TypeError("coroutines cannot be used with add_signal_handler()")
         _check_signal(sig)
         self._check_closed()
-        if self._signal_sock is None:
-            self._open_signal_socket()
+        if self._signal_rfd < 0:
+            self._open_signal_pipe()
         try:
             # Raises ValueError outside the main thread.
-            previous = signal.set_wakeup_fd(self._signal_wsock.fileno())
+            previous = signal.set_wakeup_fd(self._signal_wfd)
         except (ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from None
-        if not self._signal_handlers and previous != self._signal_wsock.fileno():
+        if not self._signal_handlers and previous != self._signal_wfd:
             self._previous_wakeup_fd = previous
         handle = Handle(callback, args, self, None)
         self._signal_handlers[sig] = handle
@@ -156,7 +164,27 @@ class SignalsMixin:
         else:
             for sig in list(self._signal_handlers):
                 self.remove_signal_handler(sig)
-        if self._signal_sock is not None:
-            self._signal_sock.close()
-            self._signal_wsock.close()
-            self._signal_sock = self._signal_wsock = None
+        self._close_signal_pipe()
+
+    def _close_signal_pipe(self):
+        if self._signal_rfd >= 0:
+            os.close(self._signal_rfd)
+            os.close(self._signal_wfd)
+            self._signal_rfd = self._signal_wfd = -1
+
+    def _drop_signals_after_fork(self):
+        """In a forked child: stop the inherited wakeup fd, close our copies.
+
+        The handlers stay installed at the Python level (the child may run a
+        new loop that replaces them); only this loop's fds are let go.
+        """
+        if self._signal_wfd < 0:
+            return
+        try:
+            previous = signal.set_wakeup_fd(-1)
+            if previous != self._signal_wfd:
+                # Somebody else's wakeup fd: put it back.
+                signal.set_wakeup_fd(previous)
+        except (ValueError, OSError):
+            pass
+        self._close_signal_pipe()

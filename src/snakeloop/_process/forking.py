@@ -13,7 +13,7 @@ OS and CPython facts this module relies on:
 * Only the thread that called ``fork()`` exists in the child, and CPython
   makes it the main thread there, so ``signal.set_wakeup_fd`` is allowed.
 * The signal wakeup fd is process state and survives ``fork()``: a child
-  still pointing it at the parent's signal socket would send its signals
+  still pointing it at the parent's signal pipe would send its signals
   to the parent's handlers.  asyncio resets it in the child from 3.12 on;
   snakeloop does it on every version.
 * CPython's running-loop record is ignored in a child (3.11 stores the pid
@@ -36,7 +36,6 @@ gets a ``RuntimeError`` out of ``run_forever`` at its next poll.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import weakref
 from asyncio import events
@@ -98,19 +97,7 @@ def _disown(loop) -> None:
     inherited.close()
     loop._waker.close()
 
-    wsock = getattr(loop, "_signal_wsock", None)
-    if wsock is not None:
-        ours = wsock.fileno()
-        try:
-            previous = signal.set_wakeup_fd(-1)
-            if previous != ours:
-                # Somebody else's wakeup fd: put it back.
-                signal.set_wakeup_fd(previous)
-        except (ValueError, OSError):
-            pass
-        loop._signal_sock.close()
-        wsock.close()
-        loop._signal_sock = loop._signal_wsock = None
+    loop._drop_signals_after_fork()
 
     watches = getattr(loop, "_child_watches", None)
     if watches:
