@@ -12,7 +12,7 @@ start exists from 3.12.  Both classes only use the public loop API
 (``call_soon``, ``get_debug``, ``call_exception_handler``,
 ``is_running``), so they also run on other loops.
 
-Private attribute names (``_state``, ``_callbacks``, ``_fut_waiter``,
+Private attribute names (``_state``, ``_callbacks`` (a property), ``_fut_waiter``,
 ``_must_cancel`` ...) are the ones asyncio uses: the standard library's repr
 and stack helpers read them, and white-box tests in CPython's suite do too.
 Reprs and ``get_stack``/``print_stack`` delegate to ``asyncio.base_futures``
@@ -116,7 +116,9 @@ class Future:
         # of a class only for the attributes its first instances set, and an
         # instance that adds another one later gets a full dict of its own.
         self._loop = loop
-        self._callbacks = []
+        self._callback0 = None  # the first done callback, kept inline
+        self._context0 = None
+        self._more_callbacks = None  # a list, once there is a second one
         self._state = _PENDING
         self._result = None
         self._exception = None
@@ -183,24 +185,42 @@ class Future:
         self._schedule_callbacks()
         return True
 
+    @property
+    def _callbacks(self):
+        """The done callbacks as asyncio lists them: ``[(fn, context), ...]``."""
+        callbacks = []
+        if self._callback0 is not None:
+            callbacks.append((self._callback0, self._context0))
+        if self._more_callbacks:
+            callbacks.extend(self._more_callbacks)
+        return callbacks
+
     def _schedule_callbacks(self):
-        callbacks = self._callbacks
-        if not callbacks:
+        callback0 = self._callback0
+        more = self._more_callbacks
+        if callback0 is None and not more:
             return
-        # A callback may add or remove callbacks while these are queued:
-        # detach the list first so those changes touch a fresh one.
-        self._callbacks = []
+        # Detach them first: a callback may add or remove callbacks while
+        # these are queued, and those changes must touch a fresh set.
+        context0 = self._context0
+        self._callback0 = self._context0 = self._more_callbacks = None
         loop = self._loop
         # _takes_plain_callbacks(loop), written out: this runs for every future.
         plain = getattr(loop, "_accepts_plain_callbacks", False)
         if plain and not loop._debug and not loop._closed:
             append = loop._ready.append
-            for callback, ctx in callbacks:
-                append((callback, self, ctx))
+            if callback0 is not None:
+                append((callback0, self, context0))
+            if more:
+                for callback, ctx in more:
+                    append((callback, self, ctx))
         else:
             call_soon = loop.call_soon
-            for callback, ctx in callbacks:
-                call_soon(callback, self, context=ctx)
+            if callback0 is not None:
+                call_soon(callback0, self, context=context0)
+            if more:
+                for callback, ctx in more:
+                    call_soon(callback, self, context=ctx)
 
     def cancelled(self):
         return self._state == _CANCELLED
@@ -235,17 +255,30 @@ class Future:
     def add_done_callback(self, fn, *, context=None):
         if self._state != _PENDING:
             self._loop.call_soon(fn, self, context=context)
+            return
+        if context is None:
+            context = _copy_context()
+        # Most futures get one callback (the task awaiting them): it is kept
+        # in two attributes, and a list exists only from the second one on.
+        if self._callback0 is None and self._more_callbacks is None:
+            self._callback0 = fn
+            self._context0 = context
+        elif self._more_callbacks is None:
+            self._more_callbacks = [(fn, context)]
         else:
-            if context is None:
-                context = _copy_context()
-            self._callbacks.append((fn, context))
+            self._more_callbacks.append((fn, context))
 
     def remove_done_callback(self, fn):
-        callbacks = self._callbacks
-        kept = [(f, ctx) for (f, ctx) in callbacks if f != fn]
-        removed = len(callbacks) - len(kept)
-        if removed:
-            callbacks[:] = kept
+        removed = 0
+        if self._callback0 is not None and self._callback0 == fn:
+            self._callback0 = self._context0 = None
+            removed = 1
+        more = self._more_callbacks
+        if more:
+            kept = [(f, ctx) for (f, ctx) in more if f != fn]
+            if len(kept) != len(more):
+                removed += len(more) - len(kept)
+                more[:] = kept
         return removed
 
     def set_result(self, result):
@@ -316,7 +349,9 @@ class Task(Future):
         plain = getattr(loop, "_accepts_plain_callbacks", False)
         # All attributes in one order (see Future.__init__).
         self._loop = loop
-        self._callbacks = []
+        self._callback0 = None  # the first done callback, kept inline
+        self._context0 = None
+        self._more_callbacks = None  # a list, once there is a second one
         self._state = _PENDING
         self._result = None
         self._exception = None
@@ -472,7 +507,7 @@ class Task(Future):
                 # becomes done here, so it is still pending.
                 self._result = stop.value
                 self._state = _FINISHED
-                if self._callbacks:
+                if self._callback0 is not None or self._more_callbacks:
                     self._schedule_callbacks()
         except _CancelledError as cancelled:
             self._cancelled_exc = cancelled
@@ -507,7 +542,12 @@ class Task(Future):
                 else:
                     result._asyncio_future_blocking = False
                     if result._state == _PENDING:
-                        result._callbacks.append((self._wakeup, self._context))
+                        # add_done_callback, written out for the common case.
+                        if result._callback0 is None and result._more_callbacks is None:
+                            result._callback0 = self._wakeup
+                            result._context0 = self._context
+                        else:
+                            result.add_done_callback(self._wakeup, context=self._context)
                     else:
                         _schedule(loop, self._wakeup, result, self._context)
                     self._fut_waiter = result
