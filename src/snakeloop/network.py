@@ -271,6 +271,7 @@ class NetworkMixin:
             await waiter
         except BaseException:
             transport.close()
+            waiter = None
             raise
         return transport, protocol
 
