@@ -1,0 +1,1 @@
+"""Real network libraries (aiohttp, websockets, httpx) run unchanged on snakeloop."""
