@@ -75,7 +75,10 @@ class SignalsMixin:
             pass  # the default 64 KiB is still 65,536 pending signals
         self._signal_rfd = rfd
         self._signal_wfd = wfd
+        # Registered like a reader; run_once reads it during dispatch
+        # (see _signal_fd in the core).
         self._add_reader(rfd, self._read_signals)
+        self._signal_fd = rfd
 
     def _read_signals(self):
         while True:
@@ -167,6 +170,7 @@ class SignalsMixin:
         self._close_signal_pipe()
 
     def _close_signal_pipe(self):
+        self._signal_fd = -1
         if self._signal_rfd >= 0:
             os.close(self._signal_rfd)
             os.close(self._signal_wfd)

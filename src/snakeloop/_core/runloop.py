@@ -97,6 +97,7 @@ class CoreLoop:
         "_poll",
         "_waker",
         "_waker_fd",
+        "_signal_fd",
         "_readers",
         "_writers",
         "_current_handle",
@@ -119,6 +120,9 @@ class CoreLoop:
         self._poll = io_backend.poll
         self._waker = waker
         self._waker_fd = waker.fileno()
+        # The read end of the signal wakeup pipe, once a signal handler is
+        # set; the loop that owns it provides _read_signals().
+        self._signal_fd = -1
         self._readers = {}
         self._writers = {}
         self._current_handle = None
@@ -311,6 +315,11 @@ class CoreLoop:
             for fd, mask in events:
                 if fd == waker_fd:
                     self._waker.drain()
+                    continue
+                if fd == self._signal_fd:
+                    # Signal numbers are read now, so their handlers join this
+                    # iteration's batch instead of waiting one more.
+                    self._read_signals()
                     continue
                 if mask & _NOT_WRITABLE:
                     handle = readers.get(fd)
