@@ -206,8 +206,16 @@ def test_signals(any_loop, method, expected):
         signal.signal(signal.SIGHUP, old)
 
 
-def test_signal_after_exit_before_report_is_harmless(any_loop):
+def test_signal_after_exit_before_report_is_harmless(any_loop, loop_kind, request):
     loop = any_loop
+    if loop_kind == "stdlib":
+        # asyncio's send_signal() goes through Popen.send_signal(), whose
+        # poll() reaps the exited child before the child watcher does; the
+        # watcher then reports returncode 255 ("exit status already read").
+        # Whether that happens depends on which of the two runs first.
+        request.applymarker(
+            pytest.mark.xfail(strict=False, reason="asyncio: Popen.poll() races the watcher")
+        )
 
     async def main():
         proc = await asyncio.create_subprocess_exec(PY, "-c", "pass")
