@@ -189,7 +189,29 @@ def test_r_sig_2_eintr_storm(any_loop):
     ],
 )
 def test_r_sig_3_no_loss_under_threadsafe_flood(any_loop):
-    loop = any_loop
+    missed, starved, latencies, dropped = _r_sig_3(any_loop)
+    assert not starved, "the loop could not keep up with four call_soon_threadsafe threads"
+    assert missed == 0, f"{missed} of 200 signals lost; {dropped} wakeup bytes dropped"
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize(
+    "loop_kind",
+    [
+        "snakeloop",
+        pytest.param("stdlib", marks=pytest.mark.xfail(strict=False, reason=STDLIB_LOSES_SIGNALS)),
+    ],
+)
+def test_r_sig_3_latency_under_threadsafe_flood(any_loop):
+    # The plan's latency figure, p99 <= 50 ms, measured in real time: it
+    # depends on how busy the machine is, so it is opt-in (-m stress) rather
+    # than part of every run.  benchmarks/ is where speed is tracked.
+    missed, starved, latencies, dropped = _r_sig_3(any_loop)
+    assert not starved and missed == 0
+    assert _percentile(latencies, 0.99) <= 0.050
+
+
+def _r_sig_3(loop):
     stop = threading.Event()
 
     def flood():
@@ -209,9 +231,7 @@ def test_r_sig_3_no_loss_under_threadsafe_flood(any_loop):
     with contextlib.ExitStack() as stack:
         dropped_bytes = stack.enter_context(_count_unraisable())
         missed, starved = _flood_probe(loop, probe, threads, watchdog, stop)
-    assert not starved, "the loop could not keep up with four call_soon_threadsafe threads"
-    assert missed == 0, f"{missed} of 200 signals lost; {len(dropped_bytes)} wakeup bytes dropped"
-    assert _percentile(probe.latencies, 0.99) <= 0.050
+    return missed, starved, probe.latencies, len(dropped_bytes)
 
 
 def _flood_probe(loop, probe, threads, watchdog, stop):
