@@ -492,6 +492,12 @@ class Task(Future):
             self._must_cancel = False
         self._fut_waiter = None
         loop = self._loop
+        # Whether callbacks may be queued as plain tuples (_takes_plain_callbacks).
+        plain = (
+            getattr(loop, "_accepts_plain_callbacks", False)
+            and not loop._debug
+            and not loop._closed
+        )
         _enter_task(loop, self)
         try:
             if exc is None:
@@ -507,7 +513,14 @@ class Task(Future):
                 # becomes done here, so it is still pending.
                 self._result = stop.value
                 self._state = _FINISHED
-                if self._callback0 is not None or self._more_callbacks:
+                callback0 = self._callback0
+                if callback0 is not None and self._more_callbacks is None and plain:
+                    # The common case of _schedule_callbacks (one waiter, on
+                    # a snakeloop loop), written out.
+                    self._callback0 = None
+                    loop._ready.append((callback0, self, self._context0))
+                    self._context0 = None
+                elif callback0 is not None or self._more_callbacks:
                     self._schedule_callbacks()
         except _CancelledError as cancelled:
             self._cancelled_exc = cancelled
@@ -520,11 +533,7 @@ class Task(Future):
         else:
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again next iteration.
-                if (
-                    getattr(loop, "_accepts_plain_callbacks", False)
-                    and not loop._debug
-                    and not loop._closed
-                ):
+                if plain:
                     loop._ready.append((self._step, None, self._context))
                 else:
                     loop.call_soon(self._step, context=self._context)
