@@ -95,18 +95,30 @@ def _future_loop(fut):
 class Future:
     """A result that will exist later; asyncio.Future's semantics."""
 
-    _state = _PENDING
-    _result = None
-    _exception = None
-    _exception_tb = None
-    _loop = None
-    _source_traceback = None
-    _cancel_message = None
-    _cancelled_exc = None
-    # Set by __await__ so that Task can tell ``await fut`` (correct) from a
-    # bare ``yield fut`` (a bug it reports).
-    _asyncio_future_blocking = False
-    _log_traceback_flag = False
+    # Slots keep every attribute inside the object: one allocation per
+    # future and nothing else for the garbage collector to visit.  __dict__
+    # stays available for attributes that user code sets, as asyncio's C
+    # Future allows.  _asyncio_future_blocking is set by __await__, so that
+    # Task can tell ``await fut`` (correct) from a bare ``yield fut`` (a bug
+    # it reports).  A future made by __new__ alone has no attributes yet: the
+    # methods that asyncio keeps working on such an object catch that.
+    __slots__ = (
+        "_loop",
+        "_callback0",
+        "_context0",
+        "_more_callbacks",
+        "_state",
+        "_result",
+        "_exception",
+        "_exception_tb",
+        "_cancel_message",
+        "_cancelled_exc",
+        "_asyncio_future_blocking",
+        "_log_traceback_flag",
+        "_source_traceback",
+        "__weakref__",
+        "__dict__",
+    )
 
     def __init__(self, *, loop=None):
         if loop is None:
@@ -136,7 +148,7 @@ class Future:
         return base_futures._future_repr(self)
 
     def __del__(self):
-        if self._log_traceback_flag:
+        if getattr(self, "_log_traceback_flag", False):
             self._log_unretrieved_exception()
 
     def _log_unretrieved_exception(self):
@@ -162,7 +174,7 @@ class Future:
         self._log_traceback_flag = False
 
     def get_loop(self):
-        loop = self._loop
+        loop = getattr(self, "_loop", None)
         if loop is None:
             raise RuntimeError("Future object is not initialized.")
         return loop
@@ -223,13 +235,22 @@ class Future:
                     call_soon(callback, self, context=ctx)
 
     def cancelled(self):
-        return self._state == _CANCELLED
+        try:
+            return self._state == _CANCELLED
+        except AttributeError:  # never initialized: pending
+            return False
 
     def done(self):
-        return self._state != _PENDING
+        try:
+            return self._state != _PENDING
+        except AttributeError:  # never initialized: pending
+            return False
 
     def result(self):
-        state = self._state
+        try:
+            state = self._state
+        except AttributeError:  # never initialized: pending
+            state = _PENDING
         if state == _FINISHED:
             self._log_traceback_flag = False
             exc = self._exception
@@ -244,7 +265,10 @@ class Future:
         raise _InvalidStateError("Result is not ready.")
 
     def exception(self):
-        state = self._state
+        try:
+            state = self._state
+        except AttributeError:  # never initialized: pending
+            state = _PENDING
         if state == _FINISHED:
             self._log_traceback_flag = False
             return self._exception
@@ -329,7 +353,15 @@ class Future:
 class Task(Future):
     """Drives a coroutine; asyncio.Task's semantics for the running Python."""
 
-    _log_destroy_pending = True
+    __slots__ = (
+        "_log_destroy_pending",
+        "_name",
+        "_num_cancels_requested",
+        "_must_cancel",
+        "_fut_waiter",
+        "_coro",
+        "_context",
+    )
 
     def __init__(self, coro, *, loop=None, name=None, context=None, eager_start=False):
         if eager_start and not _PY312:
@@ -391,7 +423,11 @@ class Task(Future):
         _register_task(self)
 
     def __del__(self):
-        if self._state == _PENDING and self._log_destroy_pending:
+        try:
+            pending = self._state == _PENDING and self._log_destroy_pending
+        except AttributeError:
+            return  # never initialized
+        if pending:
             context = {
                 "task": self,
                 "message": "Task was destroyed but it is pending!",
