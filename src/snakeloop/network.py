@@ -59,6 +59,18 @@ def _check_ssl_socket(sock):
         raise TypeError("Socket cannot be of type SSLSocket")
 
 
+async def _first_iteration(server):
+    """Let the listeners' registration go through before create_server returns."""
+    try:
+        await tasks.sleep(0)
+    except BaseException:
+        # Cancelled: nobody will ever see this server, so stop it, or its
+        # sockets stay open and watched under fd numbers the process will
+        # reuse.
+        server.close()
+        raise
+
+
 def _set_reuseport(sock):
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ValueError("reuse_port not supported by socket module")
@@ -254,19 +266,25 @@ class NetworkMixin:
         ssl_handshake_timeout=None,
         ssl_shutdown_timeout=None,
     ):
-        sock.setblocking(False)
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        transport = self._make_stream_transport(
-            sock,
-            protocol,
-            waiter,
-            sslcontext=ssl,
-            server_side=server_side,
-            server_hostname=server_hostname,
-            ssl_handshake_timeout=ssl_handshake_timeout,
-            ssl_shutdown_timeout=ssl_shutdown_timeout,
-        )
+        try:
+            sock.setblocking(False)
+            protocol = protocol_factory()
+            waiter = self.create_future()
+            transport = self._make_stream_transport(
+                sock,
+                protocol,
+                waiter,
+                sslcontext=ssl,
+                server_side=server_side,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=ssl_handshake_timeout,
+                ssl_shutdown_timeout=ssl_shutdown_timeout,
+            )
+        except BaseException:
+            # No transport took the socket: close it here, or it leaks
+            # (python/cpython#153133).
+            sock.close()
+            raise
         try:
             await waiter
         except BaseException:
@@ -624,7 +642,7 @@ class NetworkMixin:
         )
         if start_serving:
             server._start_serving()
-            await tasks.sleep(0)
+            await _first_iteration(server)
         if self._debug:
             logger.info("%r is serving", server)
         return server
@@ -712,7 +730,7 @@ class NetworkMixin:
         )
         if start_serving:
             server._start_serving()
-            await tasks.sleep(0)
+            await _first_iteration(server)
         return server
 
     if _PY313:

@@ -106,6 +106,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         self._closing = False
         self._paused = False
         self._eof = False
+        self._eof_received = False  # the peer's EOF was seen and kept open
         self._empty_waiter = None
         self._protocol_paused = False
         self._set_write_buffer_limits()
@@ -186,7 +187,9 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             logger.debug("%r resumes reading", self)
 
     def _add_reader(self):
-        if not self.is_reading():
+        if not self.is_reading() or self._eof_received:
+            # After a kept-open EOF there is nothing left to read: watching
+            # again would report the same EOF a second time.
             return
         self._loop._add_reader(self._sock_fd, self._read_callback)
 
@@ -256,6 +259,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             return
         if keep_open:
             # Half-closed: the protocol may still write.
+            self._eof_received = True
             self._loop._remove_reader(self._sock_fd)
         else:
             self.close()
@@ -304,8 +308,12 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         # bytearray as soon as write() returns.
         if type(data) is not bytes:
             data = bytes(data)
-        self._buffer.append(data)
-        self._buffer_size += len(data)
+        if data:
+            # An empty chunk (from writelines) would never be consumed: the
+            # buffer would never drain, and close() never finish
+            # (python/cpython#155888).
+            self._buffer.append(data)
+            self._buffer_size += len(data)
 
     if _PY312:
 
@@ -316,11 +324,15 @@ class SocketTransport(FlowControlMixin, transports.Transport):
                 raise RuntimeError("unable to writelines; sendfile is in progress")
             if not list_of_data:
                 return
+            if self._conn_lost:
+                # Dropped like write()'s data (python/cpython#136234).
+                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                    logger.warning("socket.send() raised exception.")
+                self._conn_lost += 1
+                return
             was_empty = not self._buffer
             for data in list_of_data:
                 self._buffer_data(data)
-            if self._conn_lost:
-                return
             if was_empty:
                 self._write_ready()
                 if self._buffer:
@@ -355,7 +367,14 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             if self._empty_waiter is not None:
                 self._empty_waiter.set_result(None)
             if self._closing:
-                self._call_connection_lost(None)
+                # close() met a non-empty buffer, so connection_lost is due
+                # now, unless a close() or abort() from resume_writing() above
+                # has scheduled it already (python/cpython#156512).  Counting
+                # it as lost makes later write()/abort() calls no-ops instead
+                # of touching the released socket and loop.
+                if not self._conn_lost:
+                    self._conn_lost += 1
+                    self._call_connection_lost(None)
             elif self._eof:
                 self._sock.shutdown(socket.SHUT_WR)
 
