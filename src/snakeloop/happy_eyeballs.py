@@ -50,9 +50,23 @@ async def staggered_connect(
         if running:
             # Let the losers unwind (their own cleanup closes half-open
             # sockets); one that connected anyway is closed here.
-            done, _ = await asyncio.wait(running)
+            try:
+                done, _ = await asyncio.wait(running)
+            except BaseException:
+                # Cancelled while waiting for them: the winner will never be
+                # returned, and the losers finish on their own.
+                if winner is not None:
+                    winner.close()
+                for task in running:
+                    task.add_done_callback(_close_if_connected)
+                raise
             for task in done:
                 if not task.cancelled() and task.exception() is None:
                     sock = task.result()
                     if sock is not winner:
                         sock.close()
+
+
+def _close_if_connected(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().close()
