@@ -34,6 +34,7 @@ import sys
 import warnings
 from asyncio import constants, transports, trsock
 
+from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 
 __all__ = ["RECV_BUFFER_SIZE", "DatagramSocketTransport", "recv_buffer"]
@@ -285,18 +286,7 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
         self._force_close(None)
 
     def _fatal_error(self, exc, message="Fatal error on transport"):
-        if isinstance(exc, OSError):
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        report_transport_error(self, exc, message, expected=isinstance(exc, OSError))
         self._force_close(exc)
 
     def _force_close(self, exc):

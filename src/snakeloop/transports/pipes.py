@@ -38,6 +38,7 @@ import warnings
 from asyncio import constants
 from typing import Any
 
+from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 
 __all__ = ["PipesMixin", "ReadPipeTransport", "WritePipeTransport"]
@@ -177,19 +178,9 @@ class ReadPipeTransport(asyncio.ReadTransport):
             self._pipe.close()
 
     def _fatal_error(self, exc, message="Fatal error on pipe transport"):
-        if isinstance(exc, OSError) and exc.errno == errno.EIO:
-            # A PTY whose other side closed: EOF, not an error worth a report.
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        # A PTY whose other side closed: EOF, not an error worth a report.
+        pty_closed = isinstance(exc, OSError) and exc.errno == errno.EIO
+        report_transport_error(self, exc, message, expected=pty_closed)
         self._close(exc)
 
     def _close(self, exc):
@@ -382,19 +373,8 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         self._close(None)
 
     def _fatal_error(self, exc, message="Fatal error on pipe transport"):
-        if isinstance(exc, OSError):
-            # EPIPE and friends go to connection_lost(), not to the handler.
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        # EPIPE and friends go to connection_lost(), not to the handler.
+        report_transport_error(self, exc, message, expected=isinstance(exc, OSError))
         self._close(exc)
 
     def _close(self, exc=None):

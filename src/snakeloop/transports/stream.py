@@ -30,6 +30,7 @@ import sys
 import warnings
 from asyncio import constants, protocols, transports, trsock
 
+from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 
 __all__ = ["SocketTransport", "set_nodelay"]
@@ -432,19 +433,8 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         self._force_close(None)
 
     def _fatal_error(self, exc, message="Fatal error on transport"):
-        if isinstance(exc, OSError):
-            # Resets and broken pipes are the peer's doing, not a bug here.
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        # Resets and broken pipes are the peer's doing, not a bug here.
+        report_transport_error(self, exc, message, expected=isinstance(exc, OSError))
         self._force_close(exc)
 
     def _force_close(self, exc):
