@@ -133,6 +133,11 @@ class SocketMixin:
             fut.set_exception(exc)
 
     # -- receiving ------------------------------------------------------------
+    #
+    # Each operation has its own retry callback that looks the socket method
+    # up again on every attempt: code (CPython's tests among it) may replace
+    # a socket's method while a call waits, and a bound method captured at
+    # registration would keep retrying the old one.
 
     async def sock_recv(self, sock, n):
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
