@@ -411,27 +411,10 @@ class SubprocessMixin:
             raise ValueError("universal_newlines must be False")
         if not shell:
             raise ValueError("shell must be True")
-        if bufsize != 0:
-            raise ValueError("bufsize must be 0")
-        if text:
-            raise ValueError("text must be False")
-        if encoding is not None:
-            raise ValueError("encoding must be None")
-        if errors is not None:
-            raise ValueError("errors must be None")
-
-        protocol = protocol_factory()
-        debug_log = None
-        if self._debug:
-            # Only the command: arguments may hold secrets and be long.
-            debug_log = f"run shell command {cmd!r}"
-            self._log_subprocess(debug_log, stdin, stdout, stderr)
-        transport = await self._make_subprocess_transport(
-            protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs
+        return await self._start_subprocess(
+            protocol_factory, cmd, True, f"run shell command {cmd!r}",
+            stdin, stdout, stderr, bufsize, text, encoding, errors, kwargs,
         )
-        if self._debug and debug_log is not None:
-            logger.info("%s: %r", debug_log, transport)
-        return transport, protocol
 
     async def subprocess_exec(
         self,
@@ -454,6 +437,16 @@ class SubprocessMixin:
             raise ValueError("universal_newlines must be False")
         if shell:
             raise ValueError("shell must be False")
+        return await self._start_subprocess(
+            protocol_factory, (program,) + args, False, f"execute program {program!r}",
+            stdin, stdout, stderr, bufsize, text, encoding, errors, kwargs,
+        )
+
+    async def _start_subprocess(
+        self, protocol_factory, popen_args, shell, what, stdin, stdout, stderr, bufsize,
+        text, encoding, errors, kwargs,
+    ):
+        """The checks and the start that subprocess_shell and _exec share."""
         if bufsize != 0:
             raise ValueError("bufsize must be 0")
         if text:
@@ -462,16 +455,15 @@ class SubprocessMixin:
             raise ValueError("encoding must be None")
         if errors is not None:
             raise ValueError("errors must be None")
-
-        popen_args = (program,) + args
         protocol = protocol_factory()
         debug_log = None
         if self._debug:
-            # Only the program: arguments may hold secrets and be long.
-            debug_log = f"execute program {program!r}"
+            # ``what`` names only the program or command: arguments may hold
+            # secrets and be long.
+            debug_log = what
             self._log_subprocess(debug_log, stdin, stdout, stderr)
         transport = await self._make_subprocess_transport(
-            protocol, popen_args, False, stdin, stdout, stderr, bufsize, **kwargs
+            protocol, popen_args, shell, stdin, stdout, stderr, bufsize, **kwargs
         )
         if self._debug and debug_log is not None:
             logger.info("%s: %r", debug_log, transport)

@@ -411,30 +411,29 @@ class PipesMixin:
         self, protocol_factory: Any, pipe: Any
     ) -> tuple[asyncio.ReadTransport, asyncio.BaseProtocol]:
         """Read ``pipe`` (a file-like object) into ``protocol_factory()``."""
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        transport = self._make_read_pipe_transport(pipe, protocol, waiter)
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        if self._debug:
-            logger.debug("Read pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
-        return transport, protocol
+        return await self._connect_pipe(
+            self._make_read_pipe_transport, "Read", protocol_factory, pipe
+        )
 
     async def connect_write_pipe(
         self, protocol_factory: Any, pipe: Any
     ) -> tuple[asyncio.WriteTransport, asyncio.BaseProtocol]:
         """Write to ``pipe`` (a file-like object) for ``protocol_factory()``."""
+        return await self._connect_pipe(
+            self._make_write_pipe_transport, "Write", protocol_factory, pipe
+        )
+
+    async def _connect_pipe(self, make_transport, direction, protocol_factory, pipe):
         protocol = protocol_factory()
         waiter = self.create_future()
-        transport = self._make_write_pipe_transport(pipe, protocol, waiter)
+        transport = make_transport(pipe, protocol, waiter)
         try:
             await waiter
         except BaseException:
             transport.close()
             raise
         if self._debug:
-            logger.debug("Write pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
+            logger.debug(
+                "%s pipe %r connected: (%r, %r)", direction, pipe.fileno(), transport, protocol
+            )
         return transport, protocol
