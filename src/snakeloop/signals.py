@@ -37,6 +37,7 @@ import warnings
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 
 from ._core.handles import Handle
+from ._io import READABLE
 
 __all__ = ["SignalsMixin"]
 
@@ -75,9 +76,11 @@ class SignalsMixin:
             pass  # the default 64 KiB is still 65,536 pending signals
         self._signal_rfd = rfd
         self._signal_wfd = wfd
-        # Registered like a reader; run_once reads it during dispatch
-        # (see _signal_fd in the core).
-        self._add_reader(rfd, self._read_signals)
+        # Watched by the backend but kept out of the reader table: run_once
+        # reads it while it collects the ready fds (see _signal_fd in the
+        # core), and user code cannot replace or remove it with
+        # add_reader/remove_reader.
+        self._io.register(rfd, READABLE)
         self._signal_fd = rfd
 
     def _read_signals(self):
@@ -172,6 +175,10 @@ class SignalsMixin:
     def _close_signal_pipe(self):
         self._signal_fd = -1
         if self._signal_rfd >= 0:
+            try:
+                self._io.unregister(self._signal_rfd)
+            except (KeyError, ValueError, OSError):
+                pass  # the backend is closed already
             os.close(self._signal_rfd)
             os.close(self._signal_wfd)
             self._signal_rfd = self._signal_wfd = -1
