@@ -181,11 +181,16 @@ class Loop(
         """Run iterations until ``stop()`` is called."""
         try:
             self._run_forever_setup()
-            run_once = self._run_once
-            while True:
-                run_once()
-                if self._stopping:
-                    break
+            if "_run_once" in self.__dict__ or type(self)._run_once is not CoreLoop._run_once:
+                # Someone wraps _run_once (to count or time iterations, as
+                # some monitoring tools do): call it once per iteration.
+                run_once = self._run_once
+                while True:
+                    run_once()
+                    if self._stopping:
+                        break
+            else:
+                self._run_iterations(False)
         finally:
             self._run_forever_cleanup()
 

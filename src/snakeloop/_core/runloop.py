@@ -273,134 +273,147 @@ class CoreLoop:
     # -- one iteration ---------------------------------------------------------
 
     def _run_once(self):
-        # Every bytecode here is paid once per iteration, and a server
-        # answering one request per iteration pays it per request: the
-        # shapes below were chosen by measuring (see docs/design.md).
+        """One iteration (steps 1-5 above)."""
+        self._run_iterations(True)
+
+    def _run_iterations(self, once):
+        """Iterate until ``stop()`` (or once): run_forever's loop.
+
+        The iterations share one frame: a call per iteration and reloading
+        the loop's tables cost about as much as a whole iteration's
+        dispatch.  Every bytecode here is paid once per iteration, and a
+        server answering one request per iteration pays it per request, so
+        the shapes below were chosen by measuring (see docs/design.md).
+        """
         ready = self._ready
-        scheduled = self._scheduled
-
-        # 1. Lazily cancelled timers.
-        if self._timer_cancelled_count:
-            n = len(scheduled)
-            if (
-                n > _MIN_TIMERS_TO_COMPACT
-                and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
-            ):
-                self._scheduled = scheduled = self._compact_timers()
-            else:
-                self._drop_cancelled_timers_at_top()
-
-        # 2-3. Poll, unless callbacks are waiting and only the waker is watched.
-        if ready or self._stopping:
-            if self._readers or self._writers:
-                events = self._poll(0)
-            else:
-                events = None
-        elif scheduled:
-            timeout = scheduled[0] - self._now()
-            if timeout > MAXIMUM_POLL_TIMEOUT:
-                timeout = MAXIMUM_POLL_TIMEOUT
-            elif timeout < 0:
-                timeout = 0
-            events = self._poll(timeout)
-        else:
-            events = self._poll(None)
-        if events:
-            readers = self._readers
-            append = ready.append
-            for fd, mask in events:
-                if mask == _READABLE:
-                    # The common case, a readable fd with a live reader,
-                    # skips the writer table.
-                    handle = readers.get(fd)
-                    if handle is not None and not handle._cancelled:
-                        append(handle)
-                        continue
-                # Any bit but "writable" wakes the reader and any bit but
-                # "readable" the writer, so errors and hang-ups reach both.
-                # The waker and the signal pipe are not in the reader table,
-                # so they cost comparisons only on a table miss.
-                if mask & _NOT_WRITABLE:
-                    handle = readers.get(fd)
-                    if handle is not None:
-                        if handle._cancelled:
-                            self._clear_io_handle(fd, readers, _READABLE)
-                        else:
-                            append(handle)
-                    elif fd == self._waker_fd:
-                        self._waker.drain()
-                        continue
-                    elif fd == self._signal_fd:
-                        # Signal numbers are read now, so their handlers join
-                        # this iteration's batch instead of waiting one more.
-                        self._read_signals()
-                        continue
-                if mask & _NOT_READABLE:
-                    handle = self._writers.get(fd)
-                    if handle is not None:
-                        if handle._cancelled:
-                            self._clear_io_handle(fd, self._writers, _WRITABLE)
-                        else:
-                            append(handle)
-
-        # 4. Due timers.
-        if scheduled:
-            timers = self._timers
-            end_time = self._now() + self._clock_resolution
-            while scheduled:
-                when = scheduled[0]
-                if when >= end_time:
-                    break
-                _heappop(scheduled)
-                entry = timers.pop(when)
-                if entry.__class__ is list:
-                    for handle in entry:
-                        handle._scheduled = False
-                        if handle._cancelled:
-                            self._timer_cancelled_count -= 1
-                        ready.append(handle)
-                else:
-                    entry._scheduled = False
-                    ready.append(entry)
-
-        # 5. Run what was ready when this step began.  A countdown, not
-        # range(): most iterations run one or two callbacks, and building
-        # the range and its iterator costs more than the decrements.
-        ntodo = len(ready)
-        if self._debug:
-            self._run_ready_debug(ntodo)
-            return
+        readers = self._readers
+        writers = self._writers
+        append = ready.append
         popleft = ready.popleft
-        while ntodo:
-            ntodo -= 1
-            handle = popleft()
-            if handle.__class__ is tuple:
-                # (callback, arg, context) from a future or task: see
-                # _core.futures._schedule.
-                callback, arg, context = handle
+        while True:
+            scheduled = self._scheduled
+
+            # 1. Lazily cancelled timers.
+            if self._timer_cancelled_count:
+                n = len(scheduled)
+                if (
+                    n > _MIN_TIMERS_TO_COMPACT
+                    and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
+                ):
+                    self._scheduled = scheduled = self._compact_timers()
+                else:
+                    self._drop_cancelled_timers_at_top()
+
+            # 2-3. Poll, unless callbacks wait and only the waker is watched.
+            if ready or self._stopping:
+                if readers or writers:
+                    events = self._poll(0)
+                else:
+                    events = None
+            elif scheduled:
+                timeout = scheduled[0] - self._now()
+                if timeout > MAXIMUM_POLL_TIMEOUT:
+                    timeout = MAXIMUM_POLL_TIMEOUT
+                elif timeout < 0:
+                    timeout = 0
+                events = self._poll(timeout)
+            else:
+                events = self._poll(None)
+            if events:
+                for fd, mask in events:
+                    if mask == _READABLE:
+                        # The common case, a readable fd with a live reader,
+                        # skips the writer table.
+                        handle = readers.get(fd)
+                        if handle is not None and not handle._cancelled:
+                            append(handle)
+                            continue
+                    # Any bit but "writable" wakes the reader and any bit
+                    # but "readable" the writer, so errors and hang-ups
+                    # reach both.  The waker and the signal pipe are not in
+                    # the reader table: they cost comparisons only on a miss.
+                    if mask & _NOT_WRITABLE:
+                        handle = readers.get(fd)
+                        if handle is not None:
+                            if handle._cancelled:
+                                self._clear_io_handle(fd, readers, _READABLE)
+                            else:
+                                append(handle)
+                        elif fd == self._waker_fd:
+                            self._waker.drain()
+                            continue
+                        elif fd == self._signal_fd:
+                            # Signal numbers are read now, so their handlers
+                            # join this iteration's batch, not the next one.
+                            self._read_signals()
+                            continue
+                    if mask & _NOT_READABLE:
+                        handle = writers.get(fd)
+                        if handle is not None:
+                            if handle._cancelled:
+                                self._clear_io_handle(fd, writers, _WRITABLE)
+                            else:
+                                append(handle)
+
+            # 4. Due timers.
+            if scheduled:
+                timers = self._timers
+                end_time = self._now() + self._clock_resolution
+                while scheduled:
+                    when = scheduled[0]
+                    if when >= end_time:
+                        break
+                    _heappop(scheduled)
+                    entry = timers.pop(when)
+                    if entry.__class__ is list:
+                        for handle in entry:
+                            handle._scheduled = False
+                            if handle._cancelled:
+                                self._timer_cancelled_count -= 1
+                            append(handle)
+                    else:
+                        entry._scheduled = False
+                        append(entry)
+
+            # 5. Run what was ready when this step began.  A countdown, not
+            # range(): most iterations run one or two callbacks, and building
+            # the range and its iterator costs more than the decrements.
+            ntodo = len(ready)
+            if self._debug:
+                self._run_ready_debug(ntodo)
+                ntodo = 0
+            while ntodo:
+                ntodo -= 1
+                handle = popleft()
+                if handle.__class__ is tuple:
+                    # (callback, arg, context) from a future or task: see
+                    # _core.futures._schedule.
+                    callback, arg, context = handle
+                    try:
+                        context.run(callback, arg)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        Handle(callback, (arg,), self, context)._report(exc)
+                    continue
+                if handle._cancelled:
+                    continue
                 try:
-                    context.run(callback, arg)
+                    # Without arguments (readers, writers, most call_soon calls)
+                    # the call skips building a new argument tuple.
+                    if handle._args:
+                        handle._context.run(handle._callback, *handle._args)
+                    else:
+                        handle._context.run(handle._callback)
                 except (SystemExit, KeyboardInterrupt):
                     raise
                 except BaseException as exc:
-                    Handle(callback, (arg,), self, context)._report(exc)
-                continue
-            if handle._cancelled:
-                continue
-            try:
-                # Without arguments (readers, writers, most call_soon calls)
-                # the call skips building a new argument tuple.
-                if handle._args:
-                    handle._context.run(handle._callback, *handle._args)
-                else:
-                    handle._context.run(handle._callback)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                handle._report(exc)
-        # A traceback that passed through this frame keeps its locals alive
-        # after the return: drop the last callback's references now.
-        handle = callback = arg = context = None
+                    handle._report(exc)
+            # A traceback that passed through this frame keeps its locals
+            # alive after the return: drop the last callback's references.
+            handle = callback = arg = context = None
+            if once or self._stopping:
+                return
 
     def _drop_cancelled_timers_at_top(self):
         """Pop cancelled timers while they are the earliest ones."""

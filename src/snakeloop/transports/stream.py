@@ -103,6 +103,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         self._eof = False
         self._eof_received = False  # the peer's EOF was seen and kept open
         self._empty_waiter = None
+        self._send_at_once = True  # see _refresh_send_at_once
         self._protocol_paused = False
         self._set_write_buffer_limits()
         if server is not None:
@@ -263,7 +264,42 @@ class SocketTransport(FlowControlMixin, transports.Transport):
     def get_write_buffer_size(self):
         return self._buffer_size
 
+    def _refresh_send_at_once(self):
+        # write() may skip its checks and send at once exactly when
+        # nothing is buffered, no EOF was written, no sendfile runs and the
+        # connection is not lost.  Every change to one of those calls this.
+        self._send_at_once = not (
+            self._buffer or self._eof or self._conn_lost or self._empty_waiter is not None
+        )
+
     def write(self, data):
+        if not (self._send_at_once and data.__class__ is bytes and data):
+            # Everything but the common case: asyncio's checks, in its order.
+            if not self._may_write(data):
+                return
+            if self._buffer:
+                self._buffer_data(data)
+                self._maybe_pause_protocol()
+                return
+        try:
+            n = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal write error on socket transport")
+            return
+        if n == len(data):
+            return
+        if n:
+            data = memoryview(data)[n:]
+        self._loop._add_writer(self._sock_fd, self._write_ready)
+        self._buffer_data(data)
+        self._maybe_pause_protocol()
+
+    def _may_write(self, data):
+        """Raise for bad writes; False for writes that are dropped."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(
                 f"data argument must be a bytes-like object, not {type(data).__name__!r}"
@@ -273,29 +309,13 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         if self._empty_waiter is not None:
             raise RuntimeError("unable to write; sendfile is in progress")
         if not data:
-            return
+            return False
         if self._conn_lost:
             if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
                 logger.warning("socket.send() raised exception.")
             self._conn_lost += 1
-            return
-        if not self._buffer:
-            try:
-                n = self._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on socket transport")
-                return
-            if n == len(data):
-                return
-            if n:
-                data = memoryview(data)[n:]
-            self._loop._add_writer(self._sock_fd, self._write_ready)
-        self._buffer_data(data)
-        self._maybe_pause_protocol()
+            return False
+        return True
 
     def _buffer_data(self, data):
         # Keep a private copy of mutable buffers: the caller may reuse its
@@ -308,6 +328,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             # (python/cpython#155888).
             self._buffer.append(data)
             self._buffer_size += len(data)
+            self._send_at_once = False
 
     if _PY312:
 
@@ -371,6 +392,8 @@ class SocketTransport(FlowControlMixin, transports.Transport):
                     self._call_connection_lost(None)
             elif self._eof:
                 self._sock.shutdown(socket.SHUT_WR)
+            else:
+                self._refresh_send_at_once()
 
     def _consume(self, nbytes):
         """Drop ``nbytes`` sent bytes from the front of the buffer."""
@@ -390,6 +413,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         if self._closing or self._eof:
             return
         self._eof = True
+        self._send_at_once = False
         if not self._buffer:
             self._sock.shutdown(socket.SHUT_WR)
 
@@ -402,12 +426,14 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         if self._empty_waiter is not None:
             raise RuntimeError("Empty waiter is already set")
         self._empty_waiter = self._loop.create_future()
+        self._send_at_once = False
         if not self._buffer:
             self._empty_waiter.set_result(None)
         return self._empty_waiter
 
     def _reset_empty_waiter(self):
         self._empty_waiter = None
+        self._refresh_send_at_once()
 
     # -- closing ---------------------------------------------------------------
 
@@ -418,6 +444,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
         self._loop._remove_reader(self._sock_fd)
         if not self._buffer:
             self._conn_lost += 1
+            self._send_at_once = False
             self._loop._remove_writer(self._sock_fd)
             self._loop.call_soon(self._call_connection_lost, None)
         # Otherwise _write_ready calls connection_lost once the buffer is out.
@@ -441,6 +468,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             self._closing = True
             self._loop._remove_reader(self._sock_fd)
         self._conn_lost += 1
+        self._send_at_once = False
         self._loop.call_soon(self._call_connection_lost, exc)
 
     def _call_connection_lost(self, exc):
