@@ -77,6 +77,8 @@ GATE = web.AppKey("gate", asyncio.Event)
 ENTERED = web.AppKey("entered", asyncio.Event)
 RELEASE = web.AppKey("release", asyncio.Event)
 EVENTS = web.AppKey("events", list)
+# The transport of the /endless response, so a test can see it fill up.
+ENDLESS = web.AppKey("endless", list)
 
 
 def peer_port(request: web.Request) -> int | None:
@@ -137,6 +139,7 @@ async def endless(request: web.Request) -> web.StreamResponse:
     """Streams until the client goes away, then records what the write raised."""
     resp = web.StreamResponse()
     await resp.prepare(request)
+    request.app[ENDLESS].append(request.transport)
     chunk = b"x" * CHUNK
     try:
         while True:
@@ -191,6 +194,7 @@ def make_app(file_path: str | os.PathLike | None = None) -> web.Application:
     app[ENTERED] = asyncio.Event()
     app[RELEASE] = asyncio.Event()
     app[EVENTS] = []
+    app[ENDLESS] = []
 
     async def on_shutdown(app: web.Application) -> None:
         app[EVENTS].append("shutdown")

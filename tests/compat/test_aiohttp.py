@@ -19,6 +19,7 @@ from aiohttp import WSMsgType, web
 
 from ._support import (
     CERT_HOSTNAME,
+    ENDLESS,
     ENTERED,
     EVENTS,
     GATE,
@@ -144,6 +145,25 @@ def test_client_leaving_mid_download(any_loop):
         async with serve() as srv, aiohttp.ClientSession() as session:
             resp = await session.get(srv.url("/endless"))
             assert len(await resp.content.readexactly(1_000_000)) == 1_000_000
+            # Wait until nobody reads: aiohttp has paused the client's
+            # transport (its buffer is full) and the server's buffer is over
+            # its limit, so the handler waits in flow control when the client
+            # leaves.  (How far both got by now depends on how fast the
+            # client read.)
+            client_side = resp.connection.transport
+            (server_side,) = srv.app[ENDLESS]
+            _, high = server_side.get_write_buffer_limits()
+
+            def stalled():
+                return (
+                    not client_side.is_reading() and server_side.get_write_buffer_size() > high
+                )
+
+            for _ in range(500):
+                if stalled():
+                    break
+                await asyncio.sleep(0.01)
+            assert stalled()
             resp.close()  # drops the connection with the server still writing
             for _ in range(500):
                 if srv.app[EVENTS]:
