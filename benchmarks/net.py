@@ -1,27 +1,42 @@
 """Network benchmarks: echo and HTTP servers under a load from another process.
 
-    python -m benchmarks.net [--quick] [--only tcp,unix,...] [--seconds S]
+    python -m benchmarks.net [--quick] [--only tcp-1k-1,...] [--seconds S]
+                             [--rounds N] [--placement same|split] [--json FILE]
 
-For each workload and each loop (stdlib, snakeloop, uvloop when importable)
-a server runs in its own process on that loop, and a client process loads it
-over loopback.  The client busy-polls with its own epoll loop, so it is never
-the one asleep, and the figure reported is the *server's* CPU time per
-request, read from ``/proc/PID/schedstat``: a cross-CPU wakeup costs tens of
-microseconds on this kind of VM, so wall-clock throughput with one
-connection mostly measures the hypervisor.  Throughput is printed too.
+For each workload and each server (stdlib, snakeloop, uvloop when
+importable, and "raw", a hand-written epoll server with no event loop, the
+floor a Python loop can reach) the server runs in its own process and a
+client process loads it over loopback, each connection keeping one request
+in flight.
 
-Every figure is also given as a ratio to the stdlib loop measured in the
-same run (and to uvloop when present).  Lower CPU per request is better.
+The figure that matters is the *server's* CPU time per request, read from
+``/proc/PID/schedstat`` over the measured window (lower is better); the
+requests per second are printed too.  Where client and server run
+(``--placement``):
+
+* ``same`` (the default): both on CPU 0, the client blocking in epoll.  They
+  take turns, so the server's CPU time is the cost of handling requests and
+  nothing else: no idle spinning, no wake-ups across CPUs.
+* ``split``: the server on CPU 1, the client busy-polling on CPU 0.  On a
+  VM a wake-up from one CPU to the other costs tens of microseconds, and
+  with one connection the server is woken for every request, so this
+  placement mostly adds the hypervisor's cost to every loop alike.
+
+Every server runs once per round, in rotating order; the median over the
+rounds is reported, with ratios to the stdlib loop and to uvloop measured
+in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import select
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,16 +58,36 @@ HTTP_RESPONSE = (
 WORKLOADS = {
     "tcp-1k-1": ("proto", "tcp", 1024, 1),
     "tcp-1k-50": ("proto", "tcp", 1024, 50),
+    "tcp-10k-1": ("proto", "tcp", 10 * 1024, 1),
     "tcp-10k-50": ("proto", "tcp", 10 * 1024, 50),
     "tcp-100k-1": ("proto", "tcp", 100 * 1024, 1),
+    "tcp-100k-50": ("proto", "tcp", 100 * 1024, 50),
     "streams-1k-1": ("streams", "tcp", 1024, 1),
     "streams-1k-50": ("streams", "tcp", 1024, 50),
+    "unix-1k-1": ("proto", "unix", 1024, 1),
     "unix-1k-50": ("proto", "unix", 1024, 50),
+    "http-1": ("http", "tcp", 0, 1),
     "http-50": ("http", "tcp", 0, 50),
 }
+DEFAULT_WORKLOADS = [
+    "tcp-1k-1",
+    "tcp-1k-50",
+    "tcp-10k-50",
+    "tcp-100k-1",
+    "streams-1k-1",
+    "streams-1k-50",
+    "unix-1k-50",
+    "http-50",
+]
+
+# The raw server answers with one send() per read and gives up on a partial
+# send, so it is the floor only where a reply always fits the socket buffer.
+RAW_MAX_SIZE = 16 * 1024
+
+CPUS = {"same": (0, 0), "split": (1, 0)}  # placement: (server CPU, client CPU)
 
 
-# -- server side (runs in the child process) -----------------------------------
+# -- servers (each runs in a child process) ----------------------------------------
 
 
 class EchoProtocol(asyncio.Protocol):
@@ -104,23 +139,46 @@ def new_loop(name):
     return snakeloop.new_event_loop()
 
 
-def serve(loop_name, kind, family, address):
+def listen(family, address):
+    if family == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(address)
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+    sock.listen(1000)
+    return sock
+
+
+def settle_allocator():
+    """Free one large block, as a process that has been up a while has.
+
+    glibc serves a request above its mmap threshold (128 KiB at first) with
+    mmap, and raises the threshold only when such a block is freed whole.
+    asyncio reads with recv(256 KiB), and CPython shrinks each of those
+    buffers to the bytes received before freeing it, so the threshold never
+    moves: every read pays mmap, mremap and munmap, until something else
+    frees a large block.  Whether that happened depended on each server's
+    history and moved the stdlib loop's figures by 2-3x between runs.
+    """
+    block = bytearray(1024 * 1024)
+    del block
+
+
+def serve_loop(loop_name, kind, family, address):
+    settle_allocator()
     loop = new_loop(loop_name)
     asyncio.set_event_loop(loop)
+    sock = listen(family, address)
 
     async def main():
         if kind == "streams":
-            if family == "unix":
-                server = await asyncio.start_unix_server(echo_stream, address)
-            else:
-                server = await asyncio.start_server(echo_stream, "127.0.0.1", 0)
+            server = await asyncio.start_server(echo_stream, sock=sock)
         else:
             factory = HttpProtocol if kind == "http" else EchoProtocol
-            if family == "unix":
-                server = await loop.create_unix_server(factory, address)
-            else:
-                server = await loop.create_server(factory, "127.0.0.1", 0)
-        where = address if family == "unix" else server.sockets[0].getsockname()[1]
+            server = await loop.create_server(factory, sock=sock)
+        where = address if family == "unix" else sock.getsockname()[1]
         print(f"ready {where}", flush=True)
         # Serve until the parent closes our stdin.
         await loop.run_in_executor(None, sys.stdin.read)
@@ -132,21 +190,67 @@ def serve(loop_name, kind, family, address):
         loop.close()
 
 
-# -- client side -------------------------------------------------------------------
+def serve_raw(kind, family, address):
+    """The floor: recv and send straight off epoll, no loop at all."""
+    settle_allocator()
+    listener = listen(family, address)
+    listener.setblocking(False)
+    ep = select.epoll()
+    ep.register(listener.fileno(), select.EPOLLIN)
+    stdin = sys.stdin.fileno()
+    ep.register(stdin, select.EPOLLIN)
+    conns = {}
+    pending = {}
+    where = address if family == "unix" else listener.getsockname()[1]
+    print(f"ready {where}", flush=True)
+    http = kind == "http"
+    while True:
+        for fd, _ in ep.poll():
+            conn = conns.get(fd)
+            if conn is None:
+                if fd == stdin:
+                    return
+                sock, _ = listener.accept()
+                sock.setblocking(False)
+                if family != "unix":
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conns[sock.fileno()] = sock
+                pending[sock.fileno()] = b""
+                ep.register(sock.fileno(), select.EPOLLIN)
+                continue
+            data = conn.recv(65536)
+            if not data:
+                ep.unregister(fd)
+                del conns[fd]
+                conn.close()
+                continue
+            if http:
+                data = pending[fd] + data
+                count = data.count(b"\r\n\r\n")
+                if count:
+                    conn.send(HTTP_RESPONSE * count)
+                    data = data[data.rindex(b"\r\n\r\n") + 4 :]
+                pending[fd] = data
+            elif conn.send(data) != len(data):
+                raise RuntimeError("raw server: partial send")
+
+
+# -- client --------------------------------------------------------------------------
 
 
 def cpu_ns(pid):
-    with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
+    """CPU time of every thread of ``pid``, in ns."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that just ended
+    return total
 
 
-def load(family, where, size, connections, kind, seconds):
-    """Send request/response rounds on every connection; return the count."""
-    if kind == "http":
-        request, expect = HTTP_REQUEST, len(HTTP_RESPONSE)
-    else:
-        request = os.urandom(size)
-        expect = size
+def connect(family, where, connections):
     socks = []
     for _ in range(connections):
         if family == "unix":
@@ -155,55 +259,67 @@ def load(family, where, size, connections, kind, seconds):
         else:
             s = socket.create_connection(("127.0.0.1", where))
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.setblocking(False)
         socks.append(s)
+    return socks
+
+
+def load(socks, request, expect, seconds, busy_poll, server_pid=None):
+    """Keep one request in flight on every socket for ``seconds``.
+
+    Returns (round trips, wall seconds, server CPU ns) over the window.
+    Sockets stay blocking: a read happens only when epoll says there is
+    data, and a blocking sendall never loses track of a partial send.
+    """
     ep = select.epoll()
-    state = {}
+    # One reusable buffer: recv(262144) would make glibc mmap and munmap a
+    # block per call, and the client would measure its allocator.
+    view = memoryview(bytearray(262144))
+    owed = {}  # fd -> bytes of the reply in flight not received yet
+    by_fd = {}
     for s in socks:
         ep.register(s.fileno(), select.EPOLLIN)
-        state[s.fileno()] = [s, 0]
+        by_fd[s.fileno()] = s
         s.sendall(request)
+        owed[s.fileno()] = expect
+    timeout = 0 if busy_poll else 0.5
+    poll = ep.poll
+    now = time.perf_counter
+    cpu0 = cpu_ns(server_pid) if server_pid else 0
+    start = now()
+    deadline = start + seconds
     done = 0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        for fd, _ in ep.poll(0):
-            entry = state[fd]
-            sock = entry[0]
-            try:
-                got = sock.recv(262144)
-            except BlockingIOError:
-                continue
+    while now() < deadline:
+        for fd, _ in poll(timeout):
+            got = by_fd[fd].recv_into(view)
             if not got:
-                raise RuntimeError("server closed the connection")
-            entry[1] += len(got)
-            while entry[1] >= expect:
-                entry[1] -= expect
+                raise RuntimeError("the server closed the connection")
+            left = owed[fd] - got
+            if left:
+                owed[fd] = left
+            else:
                 done += 1
-                try:
-                    sock.sendall(request)
-                except BlockingIOError:
-                    sock.setblocking(True)
-                    sock.sendall(request)
-                    sock.setblocking(False)
+                by_fd[fd].sendall(request)
+                owed[fd] = expect
+    wall = now() - start
+    cpu = cpu_ns(server_pid) - cpu0 if server_pid else 0
+    # Collect the replies still in flight, so that every connection is
+    # quiet when the window ends.
+    for fd, sock in by_fd.items():
+        left = owed[fd]
+        while left:
+            got = sock.recv_into(view[:left])
+            if not got:
+                raise RuntimeError("the server closed the connection")
+            left -= got
     ep.close()
-    for s in socks:
-        # Half-close and drain, so the server sees a clean EOF, not a reset.
-        s.setblocking(True)
-        s.settimeout(5)
-        s.shutdown(socket.SHUT_WR)
-        while s.recv(262144):
-            pass
-        s.close()
-    return done
+    return done, wall, cpu
 
 
-def measure(loop_name, workload, seconds):
+def measure(loop_name, workload, seconds, placement):
     kind, family, size, connections = WORKLOADS[workload]
-    address = ""
-    tmp = None
-    if family == "unix":
-        tmp = tempfile.TemporaryDirectory()
-        address = os.path.join(tmp.name, "bench.sock")
+    server_cpu, client_cpu = CPUS[placement]
+    tmp = tempfile.TemporaryDirectory() if family == "unix" else None
+    address = os.path.join(tmp.name, "bench.sock") if tmp else ""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.net", "--serve", loop_name, kind, family, address],
         stdin=subprocess.PIPE,
@@ -211,24 +327,35 @@ def measure(loop_name, workload, seconds):
         cwd=REPO,
         text=True,
     )
+    mask = os.sched_getaffinity(0)
+    socks = []
     try:
+        os.sched_setaffinity(proc.pid, {server_cpu})
+        os.sched_setaffinity(0, {client_cpu})
         line = proc.stdout.readline().split()
         if not line or line[0] != "ready":
             raise RuntimeError(f"{loop_name} server failed to start")
         where = line[1] if family == "unix" else int(line[1])
-        # Warm up, then measure.
-        load(family, where, size, connections, kind, min(0.3, seconds / 4))
-        cpu0 = cpu_ns(proc.pid)
-        t0 = time.perf_counter()
-        count = load(family, where, size, connections, kind, seconds)
-        wall = time.perf_counter() - t0
-        cpu = cpu_ns(proc.pid) - cpu0
+        if kind == "http":
+            request, expect = HTTP_REQUEST, len(HTTP_RESPONSE)
+        else:
+            request, expect = os.urandom(size), size
+        socks = connect(family, where, connections)
+        busy_poll = placement == "split"
+        load(socks, request, expect, min(0.3, seconds / 4), busy_poll)  # warm-up
+        count, wall, cpu = load(socks, request, expect, seconds, busy_poll, proc.pid)
     finally:
+        for s in socks:
+            s.close()
+        os.sched_setaffinity(0, mask)
         proc.stdin.close()
         proc.wait(timeout=10)
         if tmp is not None:
             tmp.cleanup()
-    return count / wall, cpu / 1000 / max(count, 1)
+    return {"rate": count / wall, "cpu_us": cpu / 1000 / max(count, 1)}
+
+
+# -- driver --------------------------------------------------------------------------
 
 
 def available_loops():
@@ -239,44 +366,78 @@ def available_loops():
         pass
     else:
         loops.append("uvloop")
+    return loops + ["raw"]
+
+
+def servers_for(workload, loops):
+    kind, _, size, _ = WORKLOADS[workload]
+    if kind == "streams" or size > RAW_MAX_SIZE:
+        return [name for name in loops if name != "raw"]
     return loops
+
+
+def ratio(value, base):
+    return f"{value / base:.2f}" if base else "-"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short runs (0.5 s each)")
+    parser.add_argument("--quick", action="store_true", help="one round of 0.5 s per server")
     parser.add_argument("--seconds", type=float, default=2.0, help="load time per run")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per server (median)")
     parser.add_argument("--only", default="", help="comma-separated workload names")
+    parser.add_argument("--placement", choices=sorted(CPUS), default="same")
+    parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(*args.serve)
+        loop_name, kind, family, address = args.serve
+        if loop_name == "raw":
+            serve_raw(kind, family, address)
+        else:
+            serve_loop(loop_name, kind, family, address)
         return 0
-    seconds = 0.5 if args.quick else args.seconds
-    names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
+    if os.cpu_count() < 2 and args.placement == "split":
+        parser.error("--placement split needs two CPUs")
+    seconds, rounds = (0.5, 1) if args.quick else (args.seconds, args.rounds)
+    names = [n for n in args.only.split(",") if n] or DEFAULT_WORKLOADS
+    for name in names:
+        if name not in WORKLOADS:
+            parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     loops = available_loops()
     print(
         f"# Python {platform.python_version()}, snakeloop interpreted build; "
-        f"server CPU per request (µs, lower is better) and requests/s; {seconds:g} s per run"
+        f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "
+        "server CPU per request in µs (lower is better), median over the rounds"
     )
-    header = f"{'workload':<16}" + "".join(f"{name:>22}" for name in loops)
-    header += "   snake/stdlib" + ("   snake/uvloop" if "uvloop" in loops else "")
+    header = f"{'workload':<15}" + "".join(f"{name:>10}" for name in loops)
+    header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}{'snake rt/s':>12}"
     print(header)
-    for name in names:
-        results = {loop: measure(loop, name, seconds) for loop in loops}
-        row = f"{name:<16}"
-        for loop in loops:
-            rate, cpu = results[loop]
-            row += f"{cpu:>10.2f} µs {rate:>8.0f}/s"
-        snake = results["snakeloop"][1]
-        row += f"{results['stdlib'][1] / snake:>14.2f}x"
-        if "uvloop" in loops:
-            row += f"{results['uvloop'][1] / snake:>14.2f}x"
+    samples = {}
+    for workload in names:
+        servers = servers_for(workload, loops)
+        runs = {name: [] for name in servers}
+        for round_ in range(rounds):
+            shift = round_ % len(servers)
+            for name in servers[shift:] + servers[:shift]:
+                runs[name].append(measure(name, workload, seconds, args.placement))
+        samples[workload] = runs
+        cpu = {name: statistics.median(r["cpu_us"] for r in rs) for name, rs in runs.items()}
+        rate = statistics.median(r["rate"] for r in runs["snakeloop"])
+        row = f"{workload:<15}"
+        row += "".join(f"{cpu[name]:>10.2f}" if name in cpu else f"{'-':>10}" for name in loops)
+        # CPU ratios are "other / snakeloop": above 1, snakeloop is cheaper.
+        row += f"{ratio(cpu['stdlib'], cpu['snakeloop']):>14}"
+        row += f"{ratio(cpu.get('uvloop', 0), cpu['snakeloop']):>14}"
+        row += f"{rate:>12.0f}"
         print(row, flush=True)
     print(
-        "# ratios: the other loop's CPU per request divided by snakeloop's"
-        " (>1: snakeloop is cheaper)"
+        "# ratios: the other server's CPU per request divided by snakeloop's"
+        " (above 1: snakeloop is cheaper); raw: no event loop, shown where it applies"
     )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(samples, f, indent=1)
     return 0
 
 
