@@ -1,0 +1,183 @@
+"""Where readiness callbacks fall among ready callbacks and timers.
+
+One iteration runs what was ready before the poll, then the callbacks of the
+fds the poll reported, in the order it reported them, then the timers due by
+then; whatever those schedule runs on the next iteration.  snakeloop runs a
+lone reader's callback without the deque when nothing else is ready and no
+timer is due (``_run_iterations``): every case here runs on the stdlib loop
+too, and must come out the same.
+
+Each test registers its readers first and makes their fds readable from a
+timer (``kick``), so that the poll that reports them happens with the ready
+deque empty, or holding exactly what the test put there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+
+class Trace(list):
+    """A list that resolves ``done`` when ``last`` is appended to it.
+
+    Nothing polls it: a callback that watched for the end would itself keep
+    the ready deque busy, and the iterations under test need it empty.
+    """
+
+    def __init__(self, loop, last):
+        super().__init__()
+        self.last = last
+        self.done = loop.create_future()
+
+    def append(self, item):
+        super().append(item)
+        if item == self.last:
+            self.done.set_result(None)
+
+
+@pytest.fixture
+def pairs():
+    made = []
+
+    def make(n):
+        new = [socket.socketpair() for _ in range(n)]
+        for a, _ in new:
+            a.setblocking(False)
+        made.extend(new)
+        return new
+
+    yield make
+    for a, b in made:
+        a.close()
+        b.close()
+
+
+def run(loop, trace, kick):
+    """Call ``kick`` from a timer, then run until the trace is complete."""
+    loop.call_at(loop.time(), kick)
+    loop.run_until_complete(asyncio.wait_for(trace.done, 10))
+
+
+def one_shot_reader(loop, sock, trace, name, *then):
+    """A reader that consumes its byte, stops watching and records ``name``."""
+
+    def reader():
+        sock.recv(1)
+        loop.remove_reader(sock)
+        trace.append(name)
+        for item in then:
+            loop.call_soon(trace.append, item)
+
+    loop.add_reader(sock, reader)
+
+
+def test_lone_reader_then_what_it_schedules(fake_loop, pairs):
+    ((a, b),) = pairs(1)
+    trace = Trace(fake_loop, "soon-from-reader")
+    one_shot_reader(fake_loop, a, trace, "reader", "soon-from-reader")
+    run(fake_loop, trace, lambda: b.send(b"x"))
+    assert trace == ["reader", "soon-from-reader"]
+
+
+def test_reader_runs_before_a_due_timer_and_both_before_what_they_schedule(fake_loop, pairs):
+    ((a, b),) = pairs(1)
+    trace = Trace(fake_loop, "soon-from-timer")
+    one_shot_reader(fake_loop, a, trace, "reader", "soon-from-reader")
+
+    def timer():
+        trace.append("timer")
+        fake_loop.call_soon(trace.append, "soon-from-timer")
+
+    def kick():
+        b.send(b"x")
+        # Due on the next iteration, the one whose poll reports a.
+        fake_loop.call_at(fake_loop.time(), timer)
+
+    run(fake_loop, trace, kick)
+    assert trace == ["reader", "timer", "soon-from-reader", "soon-from-timer"]
+
+
+def test_reader_runs_before_a_timer_due_right_after_it(fake_loop, fake_clock, pairs):
+    ((a, b),) = pairs(1)
+    trace = Trace(fake_loop, "timer")
+
+    def reader():
+        a.recv(1)
+        fake_loop.remove_reader(a)
+        trace.append("reader")
+        fake_loop.call_soon(trace.append, "soon-from-reader")
+        # The clock moves while the reader runs: a timer that falls due now
+        # was not due when the iteration looked, so it waits for the next.
+        fake_clock.advance(1.0)
+
+    fake_loop.add_reader(a, reader)
+
+    def kick():
+        b.send(b"x")
+        fake_loop.call_at(fake_loop.time() + 0.5, trace.append, "timer")
+
+    run(fake_loop, trace, kick)
+    assert trace == ["reader", "soon-from-reader", "timer"]
+
+
+def test_callbacks_ready_before_the_poll_run_before_the_reader(fake_loop, pairs):
+    ((a, b),) = pairs(1)
+    trace = Trace(fake_loop, "reader")
+    one_shot_reader(fake_loop, a, trace, "reader")
+
+    def kick():
+        b.send(b"x")
+        fake_loop.call_soon(trace.append, "soon")
+
+    run(fake_loop, trace, kick)
+    assert trace == ["soon", "reader"]
+
+
+def test_reader_replaced_mid_batch_is_not_run_on_the_old_event(fake_loop, pairs):
+    (a, a_peer), (b, b_peer) = pairs(2)
+    trace = Trace(fake_loop, "new b")
+
+    def reader_a():
+        a.recv(1)
+        fake_loop.remove_reader(a)
+        trace.append("a")
+        # Whichever of a and b the poll reported first, the old reader of b
+        # must not run any more: the new one runs after the next poll.
+        fake_loop.remove_reader(b)
+        one_shot_reader(fake_loop, b, trace, "new b")
+
+    fake_loop.add_reader(a, reader_a)
+    fake_loop.add_reader(b, trace.append, "old b")
+
+    def kick():
+        a_peer.send(b"x")
+        b_peer.send(b"x")
+
+    run(fake_loop, trace, kick)
+    # Both fds were ready at the poll: if b came first its old reader ran
+    # (and, not consuming, would run again if it were still registered).
+    assert trace in (["a", "new b"], ["old b", "a", "new b"])
+
+
+def test_several_readers_run_in_one_iteration_before_what_they_schedule(fake_loop, pairs):
+    made = pairs(3)
+    last = "soon-r2"
+    trace = Trace(fake_loop, last)
+    for i, (a, _) in enumerate(made):
+        one_shot_reader(fake_loop, a, trace, f"r{i}", f"soon-r{i}")
+
+    def kick():
+        for _, b in made:
+            b.send(b"x")
+
+    run(fake_loop, trace, kick)
+    readers = [t for t in trace if not t.startswith("soon")]
+    assert sorted(readers) == ["r0", "r1", "r2"]
+    # One poll reported all three, so all ran before anything they
+    # scheduled, and what they scheduled runs in their order.  (Trace stops
+    # at soon-r2, which is last only when r2 ran last.)
+    soon = [f"soon-{name}" for name in readers]
+    assert trace == readers + soon[: soon.index(last) + 1]
