@@ -3,12 +3,14 @@
 OS facts this module relies on:
 
 * One ``recvfrom`` returns exactly one datagram, whole or cut to the buffer
-  size; the read buffer is therefore as large as the biggest datagram
-  asyncio accepts (256 KiB; UDP itself stops at 65,507 bytes over IPv4, a
-  Unix datagram at the socket's send buffer size).  Reads go into one
-  reusable buffer per loop and are copied out as ``bytes`` of the received
-  size: asking ``recvfrom`` for 256 KiB every time would make glibc map and
-  unmap memory on each call in a fresh process.
+  size, so a read must ask for as much as the biggest datagram asyncio
+  accepts (256 KiB).  A UDP datagram carries at most 65,535 bytes (the
+  16-bit length field), so UDP sockets ask ``recvfrom`` for 64 KiB: it
+  reads straight into a ``bytes`` object and shrinks it, one copy.  Unix
+  datagrams go up to the socket's send buffer size; those sockets read into
+  one reusable 256 KiB buffer per loop and copy out the received bytes
+  (asking ``recvfrom`` for 256 KiB every time would make glibc map and unmap
+  memory on each call in a fresh process).
 * ``sendto`` on a non-blocking datagram socket sends the whole datagram or
   raises; ``BlockingIOError`` means the socket's send buffer is full (on
   Linux mostly with Unix datagram sockets whose peer does not read, or a
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import sys
 import warnings
 from asyncio import constants, transports, trsock
@@ -49,6 +52,7 @@ _DROP_EMPTY = not _PY313
 _RETRY = (BlockingIOError, InterruptedError)
 
 RECV_BUFFER_SIZE = 256 * 1024
+UDP_READ_SIZE = 64 * 1024
 
 
 def _set_result_unless_cancelled(fut, result):
@@ -98,6 +102,7 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
         self._connected = bool(self._extra["peername"])
         self._address = address
         self._recv_view = recv_buffer(loop)
+        self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
         self._protocol = protocol
         self._protocol_connected = True
         self._buffer = collections.deque()  # (bytes, address) pairs
@@ -173,9 +178,12 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
     def _read_ready(self):
         if self._conn_lost:
             return
-        view = self._recv_view
         try:
-            nbytes, addr = self._sock.recvfrom_into(view)
+            if self._udp:
+                data, addr = self._sock.recvfrom(UDP_READ_SIZE)
+            else:
+                nbytes, addr = self._sock.recvfrom_into(self._recv_view)
+                data = bytes(self._recv_view[:nbytes])
         except _RETRY:
             return
         except OSError as exc:
@@ -186,7 +194,7 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
         except BaseException as exc:
             self._fatal_error(exc, "Fatal read error on datagram transport")
             return
-        self._protocol.datagram_received(bytes(view[:nbytes]), addr)
+        self._protocol.datagram_received(data, addr)
 
     # -- writing -----------------------------------------------------------------
 
