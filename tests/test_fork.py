@@ -301,3 +301,33 @@ def test_parent_loop_closed_in_child_is_harmless(loop):
         loop.remove_reader(r)
         os.close(r)
         os.close(w)
+
+
+def test_child_returning_into_the_running_loop_is_refused_at_its_next_poll(loop):
+    from snakeloop._process.forking import INHERITED_LOOP_MESSAGE
+
+    parent = os.getpid()
+    r, w = os.pipe()
+
+    async def main():
+        with _quiet_fork_warning():
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            # Back into the inherited loop, which now has to poll.
+            await loop.create_future()
+        return pid
+
+    try:
+        pid = loop.run_until_complete(main())
+    except BaseException as exc:
+        if os.getpid() != parent:  # pragma: no cover - the child reports and leaves
+            os.write(w, f"{type(exc).__name__}: {exc}".encode())
+            os._exit(0)
+        raise
+    os.close(w)
+    with open(r, "rb") as f:
+        report = f.read().decode()
+    assert reap(pid) == 0
+    assert report == f"RuntimeError: {INHERITED_LOOP_MESSAGE}"
+    # The parent's loop is untouched.
+    assert loop.run_until_complete(asyncio.sleep(0, "fine")) == "fine"

@@ -94,6 +94,8 @@ def _disown(loop) -> None:
     loop._closed = True
     inherited = loop._io
     loop._io = _InheritedBackend(None)
+    # run_once polls through its own reference to the backend's method.
+    loop._poll = loop._io.poll
     inherited.close()
     loop._waker.close()
 
