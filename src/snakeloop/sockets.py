@@ -42,7 +42,7 @@ import socket
 import sys
 
 from .dns import ensure_resolved
-from .transports.datagram import RECV_BUFFER_SIZE, recv_buffer
+from .transports.recvbuffer import RECV_BUFFER_SIZE, recv_buffer
 
 __all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket"]
 

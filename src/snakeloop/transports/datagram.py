@@ -39,8 +39,9 @@ from asyncio import constants, transports, trsock
 
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
+from .recvbuffer import RECV_BUFFER_SIZE, recv_buffer
 
-__all__ = ["RECV_BUFFER_SIZE", "DatagramSocketTransport", "recv_buffer"]
+__all__ = ["DatagramSocketTransport"]
 
 logger = logging.getLogger("asyncio")
 
@@ -51,26 +52,12 @@ _HEADER_SIZE = 8 if _PY313 else 0
 _DROP_EMPTY = not _PY313
 _RETRY = (BlockingIOError, InterruptedError)
 
-RECV_BUFFER_SIZE = 256 * 1024
 UDP_READ_SIZE = 64 * 1024
 
 
 def _set_result_unless_cancelled(fut, result):
     if not fut.cancelled():
         fut.set_result(result)
-
-
-def recv_buffer(loop):
-    """The loop's shared read buffer for datagrams and ``sock_recv``.
-
-    Every reader copies what it got out of it before returning, and reads
-    never interleave on one loop, so one buffer serves them all.
-    """
-    view = getattr(loop, "_datagram_recv_view", None)
-    if view is None:
-        view = memoryview(bytearray(RECV_BUFFER_SIZE))
-        loop._datagram_recv_view = view
-    return view
 
 
 class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports.DatagramTransport):

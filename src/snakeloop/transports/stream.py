@@ -43,6 +43,7 @@ from asyncio import constants, protocols, transports, trsock
 
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
+from .recvbuffer import RECV_BUFFER_SIZE, recv_buffer
 
 __all__ = ["SocketTransport", "set_nodelay"]
 
@@ -57,7 +58,6 @@ except (AttributeError, ValueError, OSError):
     _IOV_MAX = 16
 
 READ_SIZE = 64 * 1024
-BULK_READ_SIZE = 256 * 1024
 BULK_READ_MIN = 16 * 1024
 
 
@@ -71,15 +71,6 @@ def set_nodelay(sock):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def _bulk_buffer(loop):
-    """The loop's shared bulk read buffer (reads never interleave on one loop)."""
-    view = getattr(loop, "_stream_bulk_view", None)
-    if view is None:
-        view = memoryview(bytearray(BULK_READ_SIZE))
-        loop._stream_bulk_view = view
-    return view
-
-
 def _set_result_unless_cancelled(fut, result):
     if not fut.cancelled():
         fut.set_result(result)
@@ -90,7 +81,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
 
     _start_tls_compatible = True
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
-    max_size = BULK_READ_SIZE
+    max_size = RECV_BUFFER_SIZE
     _sock = None
     _loop = None
 
@@ -236,7 +227,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _recv_bulk(self):
-        view = _bulk_buffer(self._loop)
+        view = recv_buffer(self._loop)
         nbytes = self._sock.recv_into(view)
         self._bulk_reads = nbytes >= BULK_READ_MIN
         return bytes(view[:nbytes])

@@ -142,6 +142,8 @@ import ssl
 import warnings
 from asyncio import constants, exceptions, protocols, transports
 
+from .recvbuffer import recv_buffer
+
 __all__ = ["SSLProtocol", "SSLTransport", "SSL_HANDSHAKE_TIMEOUT", "SSL_SHUTDOWN_TIMEOUT"]
 
 logger = logging.getLogger("asyncio")
@@ -204,25 +206,6 @@ def _default_context(server_side, server_hostname):
     if not server_hostname:
         context.check_hostname = False
     return context
-
-
-def _shared_recv_view(loop, size):
-    """The buffer the transports below receive ciphertext into: one per loop.
-
-    asyncio gives every TLS connection its own 256 KiB buffer, which is most
-    of what an idle connection costs.  Sharing one is safe because
-    ``buffer_updated()`` copies the bytes into the connection's incoming BIO
-    before doing anything else, and a readiness-based transport calls it
-    right after filling the buffer, so two reads never overlap.
-    """
-    view = getattr(loop, "_tls_recv_view", None)
-    if view is None or len(view) < size:
-        view = memoryview(bytearray(size))
-        try:
-            loop._tls_recv_view = view
-        except AttributeError:
-            pass  # a loop that takes no attributes: a buffer per connection
-    return view
 
 
 class SSLTransport(transports._FlowControlMixin):
@@ -409,7 +392,9 @@ class SSLProtocol(protocols.BufferedProtocol):
         # More keys (peercert, cipher, ...) are added once the handshake is done.
         self._extra = {"sslcontext": sslcontext}
 
-        self._recv_view = _shared_recv_view(loop, self.max_size)
+        # Shared with the loop's other readers: buffer_updated() copies the
+        # ciphertext into the incoming BIO before anything else runs.
+        self._recv_view = recv_buffer(loop)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._sslobj = sslcontext.wrap_bio(
