@@ -38,12 +38,8 @@ from asyncio import constants, events, exceptions, tasks, trsock
 
 from .dns import ensure_resolved, interleave_addrinfos
 from .happy_eyeballs import staggered_connect
+from .sockets import check_ssl_socket
 from .transports.stream import SocketTransport
-
-try:
-    import ssl as _ssl
-except ImportError:  # pragma: no cover
-    _ssl = None
 
 __all__ = ["NetworkMixin", "Server"]
 
@@ -52,11 +48,6 @@ logger = logging.getLogger("asyncio")
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
-
-
-def _check_ssl_socket(sock):
-    if _ssl is not None and isinstance(sock, _ssl.SSLSocket):
-        raise TypeError("Socket cannot be of type SSLSocket")
 
 
 async def _first_iteration(server):
@@ -364,7 +355,7 @@ class NetworkMixin:
         if ssl_shutdown_timeout is not None and not ssl:
             raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
         if sock is not None:
-            _check_ssl_socket(sock)
+            check_ssl_socket(sock)
         if happy_eyeballs_delay is not None and interleave is None:
             # RFC 8305 recommends a first-address-family count of 1.
             interleave = 1
@@ -488,7 +479,7 @@ class NetworkMixin:
             raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
         if ssl_shutdown_timeout is not None and not ssl:
             raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
-        _check_ssl_socket(sock)
+        check_ssl_socket(sock)
         transport, protocol = await self._create_connection_transport(
             sock,
             protocol_factory,
@@ -566,7 +557,7 @@ class NetworkMixin:
         if ssl_shutdown_timeout is not None and ssl is None:
             raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
         if sock is not None:
-            _check_ssl_socket(sock)
+            check_ssl_socket(sock)
         if host is not None or port is not None:
             if sock is not None:
                 raise ValueError("host/port and sock can not be specified at the same time")

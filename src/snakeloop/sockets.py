@@ -96,6 +96,12 @@ class SocketMixin:
 
     # -- shared plumbing ------------------------------------------------------
 
+    def _check_sock(self, sock):
+        """asyncio's checks of a ``sock_*`` argument, in its order."""
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError(NOT_NONBLOCKING)
+
     async def _wait_readable(self, fd, callback, fut, *args):
         """Register ``callback(fut, fd, *args)`` for reading; await ``fut``."""
         self._ensure_fd_no_transport(fd)
@@ -141,9 +147,7 @@ class SocketMixin:
 
     async def sock_recv(self, sock, n):
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         try:
             return _recv(self, sock, n)
         except _RETRY:
@@ -168,9 +172,7 @@ class SocketMixin:
 
     async def sock_recv_into(self, sock, buf):
         """Receive into the writable buffer ``buf``; return the byte count."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         try:
             return sock.recv_into(buf)
         except _RETRY:
@@ -195,9 +197,7 @@ class SocketMixin:
 
     async def sock_recvfrom(self, sock, bufsize):
         """Receive one datagram: ``(data, address)``."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         try:
             return _recvfrom(self, sock, bufsize)
         except _RETRY:
@@ -222,9 +222,7 @@ class SocketMixin:
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         """Receive one datagram into ``buf``: ``(nbytes, address)``."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         if not nbytes:
             nbytes = len(buf)
         try:
@@ -253,9 +251,7 @@ class SocketMixin:
 
     async def sock_sendall(self, sock, data):
         """Send all of ``data``; partial sends resume when writable."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         try:
             sent = sock.send(data)
         except _RETRY:
@@ -293,9 +289,7 @@ class SocketMixin:
 
     async def sock_sendto(self, sock, data, address):
         """Send one datagram to ``address``; return the bytes sent."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         try:
             return sock.sendto(data, address)
         except _RETRY:
@@ -322,9 +316,7 @@ class SocketMixin:
 
     async def sock_connect(self, sock, address):
         """Connect ``sock`` to ``address``, resolving a host name first."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         if sock.family in _INET_FAMILIES:
             infos = await ensure_resolved(
                 self, address, family=sock.family, type=sock.type, proto=sock.proto
@@ -361,9 +353,7 @@ class SocketMixin:
 
     async def sock_accept(self, sock):
         """Accept a connection: ``(conn, address)``, ``conn`` non-blocking."""
-        check_ssl_socket(sock)
-        if self._debug and sock.gettimeout() != 0:
-            raise ValueError(NOT_NONBLOCKING)
+        self._check_sock(sock)
         try:
             conn, address = sock.accept()
         except _RETRY:
