@@ -175,10 +175,9 @@ class SignalsMixin:
     def _close_signal_pipe(self):
         self._signal_fd = -1
         if self._signal_rfd >= 0:
-            try:
-                self._io.unregister(self._signal_rfd)
-            except (KeyError, ValueError, OSError):
-                pass  # the backend is closed already
+            # The backend is still open here: loop.close() closes it last,
+            # and after fork() it is the no-op stand-in.
+            self._io.unregister(self._signal_rfd)
             os.close(self._signal_rfd)
             os.close(self._signal_wfd)
             self._signal_rfd = self._signal_wfd = -1
