@@ -39,11 +39,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from .net import settle_allocator
+from .serverproc import REPO, available_loops, cpu_ns, new_loop, settle_allocator
 
-REPO = Path(__file__).resolve().parent.parent
 RESEND_AFTER = 0.2
 
 
@@ -56,19 +54,6 @@ class EchoProtocol(asyncio.DatagramProtocol):
 
     def datagram_received(self, data, addr):
         self.transport.sendto(data, addr)
-
-
-def new_loop(name):
-    if name == "stdlib":
-        return asyncio.SelectorEventLoop()
-    if name == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop()
-    sys.path.insert(0, str(REPO / "src"))
-    import snakeloop
-
-    return snakeloop.new_event_loop()
 
 
 def _pin(cpu):
@@ -130,18 +115,6 @@ def serve_raw():
 
 
 # -- client side ---------------------------------------------------------------
-
-
-def cpu_ns(pid):
-    """CPU time of every thread of ``pid``, in ns."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass  # a thread that just ended
-    return total
 
 
 def client(port, server_pid, clients, size, warmup, seconds):
@@ -252,17 +225,6 @@ def measure(loop_name, clients, size, seconds):
         "cpu_us": result["cpu_ns"] / 1000 / count,
         "resent": result["resent"],
     }
-
-
-def available_loops():
-    loops = ["stdlib", "snakeloop"]
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        loops.append("uvloop")
-    return loops + ["raw"]
 
 
 def main(argv=None):

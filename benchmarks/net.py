@@ -41,9 +41,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from .serverproc import REPO, available_loops, cpu_ns, new_loop, settle_allocator
 
 HTTP_REQUEST = b"GET /hello HTTP/1.1\r\nHost: bench\r\n\r\n"
 HTTP_BODY = b"Hello, world!"
@@ -126,19 +125,6 @@ async def echo_stream(reader, writer):
         writer.close()
 
 
-def new_loop(name):
-    if name == "stdlib":
-        return asyncio.SelectorEventLoop()
-    if name == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop()
-    sys.path.insert(0, str(REPO / "src"))
-    import snakeloop
-
-    return snakeloop.new_event_loop()
-
-
 def listen(family, address):
     if family == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -149,21 +135,6 @@ def listen(family, address):
         sock.bind(("127.0.0.1", 0))
     sock.listen(1000)
     return sock
-
-
-def settle_allocator():
-    """Free one large block, as a process that has been up a while has.
-
-    glibc serves a request above its mmap threshold (128 KiB at first) with
-    mmap, and raises the threshold only when such a block is freed whole.
-    asyncio reads with recv(256 KiB), and CPython shrinks each of those
-    buffers to the bytes received before freeing it, so the threshold never
-    moves: every read pays mmap, mremap and munmap, until something else
-    frees a large block.  Whether that happened depended on each server's
-    history and moved the stdlib loop's figures by 2-3x between runs.
-    """
-    block = bytearray(1024 * 1024)
-    del block
 
 
 def serve_loop(loop_name, kind, family, address):
@@ -236,18 +207,6 @@ def serve_raw(kind, family, address):
 
 
 # -- client --------------------------------------------------------------------------
-
-
-def cpu_ns(pid):
-    """CPU time of every thread of ``pid``, in ns."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass  # a thread that just ended
-    return total
 
 
 def connect(family, where, connections):
@@ -356,17 +315,6 @@ def measure(loop_name, workload, seconds, placement):
 
 
 # -- driver --------------------------------------------------------------------------
-
-
-def available_loops():
-    loops = ["stdlib", "snakeloop"]
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        loops.append("uvloop")
-    return loops + ["raw"]
 
 
 def servers_for(workload, loops):

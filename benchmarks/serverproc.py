@@ -1,0 +1,67 @@
+"""What the server-process benchmarks (net, bench_udp) share.
+
+Each measures a server running in its own process on one loop, and reads
+its CPU time from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def new_loop(name):
+    """A fresh loop of the named kind: stdlib, uvloop or snakeloop (from src/)."""
+    if name == "stdlib":
+        return asyncio.SelectorEventLoop()
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    sys.path.insert(0, str(REPO / "src"))
+    import snakeloop
+
+    return snakeloop.new_event_loop()
+
+
+def available_loops():
+    """stdlib and snakeloop, uvloop when it imports, and "raw" (no loop)."""
+    loops = ["stdlib", "snakeloop"]
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        loops.append("uvloop")
+    return loops + ["raw"]
+
+
+def settle_allocator():
+    """Free one large block, as a process that has been up a while has.
+
+    glibc serves a request above its mmap threshold (128 KiB at first) with
+    mmap, and raises the threshold only when such a block is freed whole.
+    asyncio reads with recv(256 KiB), and CPython shrinks each of those
+    buffers to the bytes received before freeing it, so the threshold never
+    moves: every read pays mmap, mremap and munmap, until something else
+    frees a large block.  Whether that happened depended on each server's
+    history and moved the stdlib loop's figures by 2-3x between runs.
+    """
+    block = bytearray(1024 * 1024)
+    del block
+
+
+def cpu_ns(pid):
+    """CPU time of every thread of ``pid``, in ns."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that just ended
+    return total
