@@ -288,7 +288,10 @@ class SocketTransport(FlowControlMixin, transports.Transport):
     def _refresh_send_at_once(self):
         # write() may skip its checks and send at once exactly when
         # nothing is buffered, no EOF was written, no sendfile runs and the
-        # connection is not lost.  Every change to one of those calls this.
+        # connection is not lost.  A change that can only rule that out
+        # (buffering, write_eof, sendfile starting, the connection lost)
+        # clears the flag where it happens; the two that can end it (the
+        # buffer drained, sendfile done) recompute it here.
         self._send_at_once = not (
             self._buffer or self._eof or self._conn_lost or self._empty_waiter is not None
         )
