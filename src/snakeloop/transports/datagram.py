@@ -30,16 +30,13 @@ OS facts this module relies on:
 
 from __future__ import annotations
 
-import collections
 import logging
 import socket
 import sys
-import warnings
-from asyncio import constants, transports, trsock
+from asyncio import constants, transports
 
-from .errors import report_transport_error
-from .flowcontrol import FlowControlMixin
-from .recvbuffer import RECV_BUFFER_SIZE, recv_buffer
+from .recvbuffer import recv_buffer
+from .socketbase import SocketTransportBase
 
 __all__ = ["DatagramSocketTransport"]
 
@@ -55,74 +52,26 @@ _RETRY = (BlockingIOError, InterruptedError)
 UDP_READ_SIZE = 64 * 1024
 
 
-def _set_result_unless_cancelled(fut, result):
-    if not fut.cancelled():
-        fut.set_result(result)
-
-
-class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports.DatagramTransport):
+class DatagramSocketTransport(
+    SocketTransportBase, transports.Transport, transports.DatagramTransport
+):
     """A UDP or Unix datagram socket, driven by readiness callbacks.
 
     ``address`` is the fixed destination of a "connected" endpoint
     (``remote_addr``): ``sendto`` then refuses any other address.
     """
 
-    max_size = RECV_BUFFER_SIZE
-    _sock = None
-    _loop = None
-
     def __init__(self, loop, sock, protocol, address=None, waiter=None, extra=None):
         transports.BaseTransport.__init__(self, extra)
-        self._loop = loop
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
-        self._sock = sock
-        self._sock_fd = sock.fileno()
+        self._attach_socket(loop, sock)
         self._connected = bool(self._extra["peername"])
         self._address = address
         self._recv_view = recv_buffer(loop)
         self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
         self._protocol = protocol
         self._protocol_connected = True
-        self._buffer = collections.deque()  # (bytes, address) pairs
-        self._buffer_size = 0
-        self._conn_lost = 0  # >0 once connection_lost is scheduled
-        self._closing = False
-        self._paused = False
-        self._set_write_buffer_limits()
-        loop._transports[self._sock_fd] = self
-        loop.call_soon(protocol.connection_made, self)
-        # Reading starts after connection_made has run.
-        loop.call_soon(self._add_reader)
-        if waiter is not None:
-            loop.call_soon(_set_result_unless_cancelled, waiter, None)
-
-    def __repr__(self):
-        info = [self.__class__.__name__]
-        if self._sock is None:
-            info.append("closed")
-        elif self._closing:
-            info.append("closing")
-        info.append(f"fd={self._sock_fd}")
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            info.append("read=polling" if self._sock_fd in loop._readers else "read=idle")
-            state = "polling" if self._sock_fd in loop._writers else "idle"
-            info.append(f"write=<{state}, bufsize={self.get_write_buffer_size()}>")
-        return "<{}>".format(" ".join(info))
-
-    def __del__(self, _warn=warnings.warn):
-        if self._sock is not None:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
-            self._sock.close()
+        # The write buffer holds (bytes, address) pairs.
+        self._start(waiter)
 
     # -- protocol ----------------------------------------------------------------
 
@@ -130,32 +79,7 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
         self._protocol = protocol
         self._protocol_connected = True
 
-    def get_protocol(self):
-        return self._protocol
-
     # -- reading -----------------------------------------------------------------
-
-    def is_closing(self):
-        return self._closing
-
-    def is_reading(self):
-        return not self._closing and not self._paused
-
-    def pause_reading(self):
-        if not self.is_reading():
-            return
-        self._paused = True
-        self._loop._remove_reader(self._sock_fd)
-        if self._loop.get_debug():
-            logger.debug("%r pauses reading", self)
-
-    def resume_reading(self):
-        if self._closing or not self._paused:
-            return
-        self._paused = False
-        self._add_reader()
-        if self._loop.get_debug():
-            logger.debug("%r resumes reading", self)
 
     def _add_reader(self):
         if not self.is_reading():
@@ -184,9 +108,6 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
         self._protocol.datagram_received(data, addr)
 
     # -- writing -----------------------------------------------------------------
-
-    def get_write_buffer_size(self):
-        return self._buffer_size
 
     def sendto(self, data, addr=None):
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -263,49 +184,3 @@ class DatagramSocketTransport(FlowControlMixin, transports.Transport, transports
     def _drop_first(self):
         data = self._buffer.popleft()[0]
         self._buffer_size -= len(data) + _HEADER_SIZE
-
-    # -- closing -----------------------------------------------------------------
-
-    def close(self):
-        if self._closing:
-            return
-        self._closing = True
-        self._loop._remove_reader(self._sock_fd)
-        if not self._buffer:
-            self._conn_lost += 1
-            self._loop._remove_writer(self._sock_fd)
-            self._loop.call_soon(self._call_connection_lost, None)
-        # Otherwise _sendto_ready calls connection_lost once the queue is out.
-
-    def abort(self):
-        self._force_close(None)
-
-    def _fatal_error(self, exc, message="Fatal error on transport"):
-        report_transport_error(self, exc, message, expected=isinstance(exc, OSError))
-        self._force_close(exc)
-
-    def _force_close(self, exc):
-        if self._conn_lost:
-            return
-        if self._buffer:
-            self._buffer.clear()
-            self._buffer_size = 0
-            self._loop._remove_writer(self._sock_fd)
-        if not self._closing:
-            self._closing = True
-            self._loop._remove_reader(self._sock_fd)
-        self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
-
-    def _call_connection_lost(self, exc):
-        try:
-            if self._protocol_connected:
-                self._protocol.connection_lost(exc)
-        finally:
-            loop = self._loop
-            if loop._transports.get(self._sock_fd) is self:
-                del loop._transports[self._sock_fd]
-            self._sock.close()
-            self._sock = None
-            self._protocol = None
-            self._loop = None

@@ -33,17 +33,14 @@ OS facts this module relies on:
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import socket
 import sys
-import warnings
-from asyncio import constants, protocols, transports, trsock
+from asyncio import constants, protocols, transports
 
-from .errors import report_transport_error
-from .flowcontrol import FlowControlMixin
-from .recvbuffer import RECV_BUFFER_SIZE, recv_buffer
+from .recvbuffer import recv_buffer
+from .socketbase import SocketTransportBase
 
 __all__ = ["SocketTransport", "set_nodelay"]
 
@@ -71,79 +68,28 @@ def set_nodelay(sock):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def _set_result_unless_cancelled(fut, result):
-    if not fut.cancelled():
-        fut.set_result(result)
-
-
-class SocketTransport(FlowControlMixin, transports.Transport):
+class SocketTransport(SocketTransportBase, transports.Transport):
     """A connected TCP or Unix stream socket, driven by readiness callbacks."""
 
     _start_tls_compatible = True
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
-    max_size = RECV_BUFFER_SIZE
-    _sock = None
-    _loop = None
 
     def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
         transports.Transport.__init__(self, extra)
-        self._loop = loop
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
-        self._sock = sock
-        self._sock_fd = sock.fileno()
+        self._attach_socket(loop, sock)
         self._protocol_connected = False
         self._read_callback = None
         self._bulk_reads = False  # see _recv_bulk and the module docstring
         self.set_protocol(protocol)
         self._server = server
-        self._buffer = collections.deque()
-        self._buffer_size = 0
-        self._conn_lost = 0  # >0 once connection_lost is scheduled
-        self._closing = False
-        self._paused = False
         self._eof = False
         self._eof_received = False  # the peer's EOF was seen and kept open
         self._empty_waiter = None
         self._send_at_once = True  # see _refresh_send_at_once
-        self._protocol_paused = False
-        self._set_write_buffer_limits()
         if server is not None:
             server._attach(self)
-        loop._transports[self._sock_fd] = self
         set_nodelay(sock)
-        loop.call_soon(self._protocol.connection_made, self)
-        # Reading starts after connection_made has run.
-        loop.call_soon(self._add_reader)
-        if waiter is not None:
-            loop.call_soon(_set_result_unless_cancelled, waiter, None)
-
-    def __repr__(self):
-        info = [self.__class__.__name__]
-        if self._sock is None:
-            info.append("closed")
-        elif self._closing:
-            info.append("closing")
-        info.append(f"fd={self._sock_fd}")
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            info.append("read=polling" if self._sock_fd in loop._readers else "read=idle")
-            state = "polling" if self._sock_fd in loop._writers else "idle"
-            info.append(f"write=<{state}, bufsize={self.get_write_buffer_size()}>")
-        return "<{}>".format(" ".join(info))
-
-    def __del__(self, _warn=warnings.warn):
-        if self._sock is not None:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
-            self._sock.close()
+        self._start(waiter)
 
     # -- protocol --------------------------------------------------------------
 
@@ -165,32 +111,7 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             # Switch the registered reader to the new kind of protocol.
             self._loop._add_reader(self._sock_fd, callback)
 
-    def get_protocol(self):
-        return self._protocol
-
     # -- reading ---------------------------------------------------------------
-
-    def is_closing(self):
-        return self._closing
-
-    def is_reading(self):
-        return not self._closing and not self._paused
-
-    def pause_reading(self):
-        if not self.is_reading():
-            return
-        self._paused = True
-        self._loop._remove_reader(self._sock_fd)
-        if self._loop.get_debug():
-            logger.debug("%r pauses reading", self)
-
-    def resume_reading(self):
-        if self._closing or not self._paused:
-            return
-        self._paused = False
-        self._add_reader()
-        if self._loop.get_debug():
-            logger.debug("%r resumes reading", self)
 
     def _add_reader(self):
         if not self.is_reading() or self._eof_received:
@@ -281,9 +202,6 @@ class SocketTransport(FlowControlMixin, transports.Transport):
             self.close()
 
     # -- writing ---------------------------------------------------------------
-
-    def get_write_buffer_size(self):
-        return self._buffer_size
 
     def _refresh_send_at_once(self):
         # write() may skip its checks and send at once exactly when
@@ -461,52 +379,14 @@ class SocketTransport(FlowControlMixin, transports.Transport):
 
     # -- closing ---------------------------------------------------------------
 
-    def close(self):
-        if self._closing:
-            return
-        self._closing = True
-        self._loop._remove_reader(self._sock_fd)
-        if not self._buffer:
-            self._conn_lost += 1
-            self._send_at_once = False
-            self._loop._remove_writer(self._sock_fd)
-            self._loop.call_soon(self._call_connection_lost, None)
-        # Otherwise _write_ready calls connection_lost once the buffer is out.
-
-    def abort(self):
-        self._force_close(None)
-
-    def _fatal_error(self, exc, message="Fatal error on transport"):
-        # Resets and broken pipes are the peer's doing, not a bug here.
-        report_transport_error(self, exc, message, expected=isinstance(exc, OSError))
-        self._force_close(exc)
-
-    def _force_close(self, exc):
-        if self._conn_lost:
-            return
-        if self._buffer:
-            self._buffer.clear()
-            self._buffer_size = 0
-            self._loop._remove_writer(self._sock_fd)
-        if not self._closing:
-            self._closing = True
-            self._loop._remove_reader(self._sock_fd)
-        self._conn_lost += 1
+    def _lose_connection(self, exc):
         self._send_at_once = False
-        self._loop.call_soon(self._call_connection_lost, exc)
+        super()._lose_connection(exc)
 
     def _call_connection_lost(self, exc):
         try:
-            if self._protocol_connected:
-                self._protocol.connection_lost(exc)
+            super()._call_connection_lost(exc)
         finally:
-            loop = self._loop
-            if loop._transports.get(self._sock_fd) is self:
-                del loop._transports[self._sock_fd]
-            self._sock.close()
-            self._sock = None
-            self._protocol = None
-            self._loop = None
             server = self._server
             if server is not None:
                 server._detach(self)
