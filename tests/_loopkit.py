@@ -14,6 +14,7 @@ import contextlib
 import gc
 import importlib
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -265,6 +266,24 @@ def assert_same(scenario: Callable[[asyncio.AbstractEventLoop], Any], **kw: Any)
         f"snakeloop diverges from stdlib:\n  stdlib:    {ref!r}\n  snakeloop: {got!r}"
     )
     return ref
+
+
+def zombies() -> list[int]:
+    """This process's children that have exited but were not reaped."""
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] == "Z" and int(fields[1]) == me:
+            found.append(int(name))
+    return found
 
 
 def full_gc(passes: int = 3) -> None:

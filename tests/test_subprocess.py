@@ -16,28 +16,11 @@ import sys
 import threading
 
 import pytest
+from _loopkit import zombies
 
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
 SLEEPER = [PY, "-c", "import time; time.sleep(60)"]
-
-
-def zombies() -> list[int]:
-    """Our children that have exited but were not reaped."""
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z" and int(fields[1]) == me:
-            found.append(int(name))
-    return found
 
 
 def run(loop, coro, timeout=20):

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from _loopkit import zombies
 
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
@@ -26,23 +27,6 @@ STDLIB_WAIT_WAITS_FOR_PIPES = (
     "python/cpython#119710: asyncio's Process.wait() (before the fix) waits for the pipes "
     "to close, so a grandchild holding stdout keeps it waiting"
 )
-
-
-def zombies() -> list[int]:
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z" and int(fields[1]) == me:
-            found.append(int(name))
-    return found
 
 
 def fd_count() -> int:

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from _loopkit import zombies
 
 PY = sys.executable
 # The cat binary starts far faster than an interpreter; either will do.
@@ -20,23 +21,6 @@ CAT = (
     else [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
 )
 SLEEPER = [PY, "-c", "import sys, time; sys.stdout.write('up'); sys.stdout.flush(); time.sleep(60)"]
-
-
-def zombies() -> list[int]:
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z" and int(fields[1]) == me:
-            found.append(int(name))
-    return found
 
 
 def fds() -> set[int]:
