@@ -34,6 +34,15 @@ def task_state(task: asyncio.Future) -> tuple:
     return ("result", task.result())
 
 
+async def await_recording_cancel(fut, seen):
+    """Await ``fut``; on cancellation record the error's args, then re-raise."""
+    try:
+        await fut
+    except CancelledError as exc:
+        seen.append(exc.args)
+        raise
+
+
 def finish(loop, *tasks, limit=50):
     for _ in range(limit):
         if all(t.done() for t in tasks):
@@ -99,18 +108,11 @@ def test_cancel_after_exception_before_wakeup(any_loop):
     assert isinstance(fut.exception(), ValueError)  # retrieved: no log
 
 
-def test_cancel_twice_during_wakeup_keeps_first_message(any_loop):
+def test_cancel_twice_during_wakeup_delivers_one_cancellation(any_loop):
     fut = any_loop.create_future()
     seen = []
 
-    async def body():
-        try:
-            await fut
-        except CancelledError as exc:
-            seen.append(exc.args)
-            raise
-
-    task = any_loop.create_task(body())
+    task = any_loop.create_task(await_recording_cancel(fut, seen))
     run_once(any_loop)
     fut.set_result(None)
     assert task.cancel("first") is True
@@ -127,14 +129,7 @@ def test_cancel_twice_message_matches_stdlib():
         fut = loop.create_future()
         seen = []
 
-        async def body():
-            try:
-                await fut
-            except CancelledError as exc:
-                seen.append(exc.args)
-                raise
-
-        task = loop.create_task(body())
+        task = loop.create_task(await_recording_cancel(fut, seen))
         run_once(loop)
         fut.set_result(None)
         r = (task.cancel("first"), task.cancel("second"))
@@ -148,14 +143,7 @@ def test_future_cancelled_with_message_reaches_coroutine(any_loop):
     fut = any_loop.create_future()
     seen = []
 
-    async def body():
-        try:
-            await fut
-        except CancelledError as exc:
-            seen.append(exc.args)
-            raise
-
-    task = any_loop.create_task(body())
+    task = any_loop.create_task(await_recording_cancel(fut, seen))
     run_once(any_loop)
     assert fut.cancel("from the future") is True
     finish(any_loop, task)
