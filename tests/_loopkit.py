@@ -286,6 +286,20 @@ def zombies() -> list[int]:
     return found
 
 
+def stdlib_xfail(*args: Any, **kwargs: Any) -> Any:
+    """Run a test on both loops, the stdlib one under ``xfail(*args, **kwargs)``.
+
+    For asyncio bugs that snakeloop fixes: the test parametrizes
+    ``loop_kind`` and expects the stdlib loop to fail it.
+    """
+    import pytest
+
+    return pytest.mark.parametrize(
+        "loop_kind",
+        ["snakeloop", pytest.param("stdlib", marks=pytest.mark.xfail(*args, **kwargs))],
+    )
+
+
 def full_gc(passes: int = 3) -> None:
     for _ in range(passes):
         gc.collect()

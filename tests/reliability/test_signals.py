@@ -22,7 +22,7 @@ import threading
 import time
 
 import pytest
-from _loopkit import snakeloop_module
+from _loopkit import snakeloop_module, stdlib_xfail
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix signals")
 
@@ -181,13 +181,7 @@ def test_r_sig_2_eintr_storm(any_loop):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param("stdlib", marks=pytest.mark.xfail(strict=False, reason=STDLIB_LOSES_SIGNALS)),
-    ],
-)
+@stdlib_xfail(strict=False, reason=STDLIB_LOSES_SIGNALS)
 def test_r_sig_3_no_loss_under_threadsafe_flood(any_loop):
     missed, starved, latencies, dropped = _r_sig_3(any_loop)
     assert not starved, "the loop could not keep up with four call_soon_threadsafe threads"
@@ -195,13 +189,7 @@ def test_r_sig_3_no_loss_under_threadsafe_flood(any_loop):
 
 
 @pytest.mark.stress
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param("stdlib", marks=pytest.mark.xfail(strict=False, reason=STDLIB_LOSES_SIGNALS)),
-    ],
-)
+@stdlib_xfail(strict=False, reason=STDLIB_LOSES_SIGNALS)
 def test_r_sig_3_latency_under_threadsafe_flood(any_loop):
     # The plan's latency figure, p99 <= 50 ms, measured in real time: it
     # depends on how busy the machine is, so it is opt-in (-m stress) rather

@@ -22,6 +22,7 @@ import asyncio
 import socket
 
 import pytest
+from _loopkit import stdlib_xfail
 
 from .conftest import (
     StrictProtocol,
@@ -245,15 +246,7 @@ def test_r_fz_6_cancel_client_apis_at_every_step(any_loop, api, sock_dir):
         assert outcomes[0][2] == "usable"
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib", marks=pytest.mark.xfail(strict=True, reason=STDLIB_HAPPY_EYEBALLS)
-        ),
-    ],
-)
+@stdlib_xfail(strict=True, reason=STDLIB_HAPPY_EYEBALLS)
 def test_r_fz_6_cancel_happy_eyeballs_at_every_step(any_loop, sock_dir):
     """Two addresses (::1 and 127.0.0.1) raced with happy_eyeballs_delay=0."""
     api = "create_connection_happy_eyeballs"
@@ -261,13 +254,7 @@ def test_r_fz_6_cancel_happy_eyeballs_at_every_step(any_loop, sock_dir):
     _check_outcomes(outcomes, api)
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param("stdlib", marks=pytest.mark.xfail(strict=True, reason=STDLIB_SERVER_LEAK)),
-    ],
-)
+@stdlib_xfail(strict=True, reason=STDLIB_SERVER_LEAK)
 @pytest.mark.parametrize("api", SERVER_APIS)
 def test_r_fz_6_cancel_server_apis_at_every_step(any_loop, api, sock_dir):
     outcomes = run(any_loop, attempts(any_loop, api, sock_dir))

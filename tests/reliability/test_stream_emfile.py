@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 import pytest
+from _loopkit import stdlib_xfail
 
 pytestmark = pytest.mark.slow
 
@@ -173,19 +174,10 @@ def test_r_fi_1_no_busy_loop(emfile_probe, loop_kind):
     assert result["cpu"] <= 0.05 * WINDOW, f"{result['cpu']:.3f} s CPU in {WINDOW} s"
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="python/cpython#151615: the accept loop keeps going after EMFILE, "
-                "so reports (and retries) are duplicated",
-            ),
-        ),
-    ],
+@stdlib_xfail(
+    strict=True,
+    reason="python/cpython#151615: the accept loop keeps going after EMFILE, "
+    "so reports (and retries) are duplicated",
 )
 def test_r_fi_1_no_log_flood(emfile_probe, loop_kind):
     result = emfile_probe[loop_kind]

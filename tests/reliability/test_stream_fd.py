@@ -22,6 +22,7 @@ import socket
 import warnings
 
 import pytest
+from _loopkit import stdlib_xfail
 
 from .conftest import (
     StrictProtocol,
@@ -223,13 +224,7 @@ def test_r_fd_2_victim_probe(any_loop, api, sock_dir):
     run(any_loop, probe_rounds(any_loop, api, sock_dir))
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param("stdlib", marks=pytest.mark.xfail(strict=True, reason=STDLIB_SERVER_LEAK)),
-    ],
-)
+@stdlib_xfail(strict=True, reason=STDLIB_SERVER_LEAK)
 def test_r_fd_2_victim_probe_server(any_loop, sock_dir):
     run(any_loop, probe_rounds(any_loop, "create_server", sock_dir))
 
@@ -243,20 +238,11 @@ def _stdlib_closes_sock_without_transport():
     return "sock.close()" in inspect.getsource(be.BaseEventLoop._create_connection_transport)
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib",
-            marks=pytest.mark.xfail(
-                not _stdlib_closes_sock_without_transport(),
-                strict=True,
-                reason="python/cpython#153133: the socket leaks when the protocol "
-                "factory raises",
-            ),
-        ),
-    ],
+@stdlib_xfail(
+    not _stdlib_closes_sock_without_transport(),
+    strict=True,
+    reason="python/cpython#153133: the socket leaks when the protocol "
+    "factory raises",
 )
 def test_failing_protocol_factory_leaks_no_socket(any_loop):
     class Boom(Exception):

@@ -30,6 +30,7 @@ import os
 import socket
 
 import pytest
+from _loopkit import stdlib_xfail
 
 from .conftest import (
     StrictBufferedProtocol,
@@ -223,19 +224,10 @@ def _stdlib_writelines_pauses():
     return "_maybe_pause_protocol" in inspect.getsource(writelines)
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib",
-            marks=pytest.mark.xfail(
-                not _stdlib_writelines_pauses(),
-                strict=True,
-                reason="python/cpython#127655: writelines() never pauses the protocol",
-            ),
-        ),
-    ],
+@stdlib_xfail(
+    not _stdlib_writelines_pauses(),
+    strict=True,
+    reason="python/cpython#127655: writelines() never pauses the protocol",
 )
 def test_r_fc_1_writelines_pauses_too(any_loop):
     ours, peer = tcp_pair()
@@ -540,19 +532,10 @@ def test_r_fc_5_writes_after_reset_are_dropped(any_loop):
     run(any_loop, main())
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib",
-            marks=pytest.mark.xfail(
-                not _stdlib_writelines_drops_after_loss(),
-                strict=True,
-                reason="python/cpython#136234: writelines() buffers data after connection loss",
-            ),
-        ),
-    ],
+@stdlib_xfail(
+    not _stdlib_writelines_drops_after_loss(),
+    strict=True,
+    reason="python/cpython#136234: writelines() buffers data after connection loss",
 )
 def test_r_fc_5_writelines_after_reset_are_dropped(any_loop):
     ours, peer = tcp_pair()

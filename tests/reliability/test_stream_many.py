@@ -25,6 +25,7 @@ import socket
 import time
 
 import pytest
+from _loopkit import stdlib_xfail
 
 from .conftest import StrictProtocol, abort_live_transports, fd_count, run, set_linger_rst
 
@@ -134,20 +135,11 @@ async def close_during_accepts(loop, rounds):
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["normal", "debug"])
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="python/cpython#109564: a connection accepted while the server "
-                "closes fails in _accept_connection2: its socket leaks (and debug mode "
-                "reports an AssertionError)",
-            ),
-        ),
-    ],
+@stdlib_xfail(
+    strict=True,
+    reason="python/cpython#109564: a connection accepted while the server "
+    "closes fails in _accept_connection2: its socket leaks (and debug mode "
+    "reports an AssertionError)",
 )
 def test_r_mc_1_close_while_accepting(any_loop, debug, loop_errors):
     any_loop.set_debug(debug)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from _loopkit import zombies
+from _loopkit import stdlib_xfail, zombies
 
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
@@ -256,15 +256,7 @@ def test_r_sp_4_close_running_child(any_loop, how, expected):
 # -- R-SP-5: a grandchild keeps stdout open ---------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "loop_kind",
-    [
-        "snakeloop",
-        pytest.param(
-            "stdlib", marks=pytest.mark.xfail(strict=False, reason=STDLIB_WAIT_WAITS_FOR_PIPES)
-        ),
-    ],
-)
+@stdlib_xfail(strict=False, reason=STDLIB_WAIT_WAITS_FOR_PIPES)
 def test_r_sp_5_wait_with_grandchild_holding_stdout(any_loop):
     r, w = os.pipe()
     # The grandchild lives until we close w: then its stdin read ends.
