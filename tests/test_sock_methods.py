@@ -393,19 +393,20 @@ def _calls(loop, sock, peer_addr):
     }
 
 
-@pytest.mark.parametrize(
-    "method",
-    [
-        "sock_recv",
-        "sock_recv_into",
-        "sock_recvfrom",
-        "sock_recvfrom_into",
-        "sock_sendall",
-        "sock_sendto",
-        "sock_connect",
-        "sock_accept",
-    ],
-)
+# Every sock_* coroutine, as named in _calls.
+SOCK_METHODS = [
+    "sock_recv",
+    "sock_recv_into",
+    "sock_recvfrom",
+    "sock_recvfrom_into",
+    "sock_sendall",
+    "sock_sendto",
+    "sock_connect",
+    "sock_accept",
+]
+
+
+@pytest.mark.parametrize("method", SOCK_METHODS)
 def test_debug_mode_refuses_blocking_sockets(method):
     def scenario(loop):
         loop.set_debug(True)
@@ -421,19 +422,7 @@ def test_debug_mode_refuses_blocking_sockets(method):
     assert got == ref == ("ok", "the socket must be non-blocking")
 
 
-@pytest.mark.parametrize(
-    "method",
-    [
-        "sock_recv",
-        "sock_recv_into",
-        "sock_recvfrom",
-        "sock_recvfrom_into",
-        "sock_sendall",
-        "sock_sendto",
-        "sock_connect",
-        "sock_accept",
-    ],
-)
+@pytest.mark.parametrize("method", SOCK_METHODS)
 def test_ssl_sockets_are_refused(any_loop, method):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
