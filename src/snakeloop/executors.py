@@ -14,15 +14,12 @@ import threading
 import warnings
 from asyncio import futures, timeouts
 
+from ._core.futures import _set_result_unless_cancelled
+
 __all__ = ["ExecutorMixin"]
 
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
-
-
-def _set_result_unless_cancelled(fut, result):
-    if not fut.cancelled():
-        fut.set_result(result)
 
 
 class ExecutorMixin:

@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ._core.futures import _set_result_unless_cancelled
 from ._process import forking
 from ._process.exitwatch import ChildWatch
 
@@ -326,11 +327,6 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             self._loop = None
             self._proc = None
             self._protocol = None
-
-
-def _set_result_unless_cancelled(fut, result):
-    if not fut.cancelled():
-        fut.set_result(result)
 
 
 class SubprocessMixin:

@@ -32,7 +32,7 @@ from asyncio.coroutines import iscoroutine
 from types import CoroutineType as _CoroutineType
 from types import GenericAlias
 
-__all__ = ["Future", "Task"]
+__all__ = ["Future", "Task", "_set_result_unless_cancelled"]
 
 _PENDING = "PENDING"
 _CANCELLED = "CANCELLED"
@@ -665,3 +665,8 @@ Task._wakeup.__qualname__ = "Task.task_wakeup"
 
 _OWN_CLASSES = frozenset((Future, Task))
 
+
+def _set_result_unless_cancelled(fut, result):
+    """Resolve a waiter someone may have cancelled (asyncio's name, for reprs)."""
+    if not fut.cancelled():
+        fut.set_result(result)

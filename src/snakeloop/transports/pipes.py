@@ -38,17 +38,13 @@ import warnings
 from asyncio import constants
 from typing import Any
 
+from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 
 __all__ = ["PipesMixin", "ReadPipeTransport", "WritePipeTransport"]
 
 logger = logging.getLogger("asyncio")
-
-
-def _set_result_unless_cancelled(fut, result):
-    if not fut.cancelled():
-        fut.set_result(result)
 
 
 def _schedule_connection_lost(transport, exc):

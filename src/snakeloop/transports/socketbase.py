@@ -20,18 +20,14 @@ import logging
 import warnings
 from asyncio import trsock
 
+from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 from .recvbuffer import RECV_BUFFER_SIZE
 
-__all__ = ["SocketTransportBase", "set_result_unless_cancelled"]
+__all__ = ["SocketTransportBase"]
 
 logger = logging.getLogger("asyncio")
-
-
-def set_result_unless_cancelled(fut, result):
-    if not fut.cancelled():
-        fut.set_result(result)
 
 
 class SocketTransportBase(FlowControlMixin):
@@ -71,7 +67,7 @@ class SocketTransportBase(FlowControlMixin):
         # Reading starts after connection_made has run.
         loop.call_soon(self._add_reader)
         if waiter is not None:
-            loop.call_soon(set_result_unless_cancelled, waiter, None)
+            loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
     def __repr__(self):
         info = [self.__class__.__name__]
