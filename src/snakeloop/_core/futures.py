@@ -139,7 +139,9 @@ class Future:
         self._cancelled_exc = None
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
-        if loop.get_debug():
+        # loop._debug on snakeloop's own loops (see Task._setup): a method
+        # call per future is a tenth of what creating it costs.
+        if loop._debug if getattr(loop, "_accepts_plain_callbacks", False) else loop.get_debug():
             self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
         else:
             self._source_traceback = None
@@ -148,7 +150,13 @@ class Future:
         return base_futures._future_repr(self)
 
     def __del__(self):
-        if getattr(self, "_log_traceback_flag", False):
+        # Runs for every future: a slot read, not getattr(), and a future
+        # that was never initialized has nothing to report.
+        try:
+            unretrieved = self._log_traceback_flag
+        except AttributeError:
+            return
+        if unretrieved:
             self._log_unretrieved_exception()
 
     def _log_unretrieved_exception(self):
@@ -310,6 +318,20 @@ class Future:
             raise _InvalidStateError(f"{self._state}: {self!r}")
         self._result = result
         self._state = _FINISHED
+        callback0 = self._callback0
+        if callback0 is not None and self._more_callbacks is None:
+            # One waiter (a task) on a snakeloop loop: _schedule_callbacks
+            # written out.
+            loop = self._loop
+            if (
+                getattr(loop, "_accepts_plain_callbacks", False)
+                and not loop._debug
+                and not loop._closed
+            ):
+                self._callback0 = None
+                loop._ready.append((callback0, self, self._context0))
+                self._context0 = None
+                return
         self._schedule_callbacks()
 
     def set_exception(self, exception):
@@ -341,7 +363,12 @@ class Future:
             if self._state == _PENDING:
                 self._asyncio_future_blocking = True
                 yield self  # the Task hangs its wakeup on this future
-            if self._state == _PENDING:
+            state = self._state
+            if state == _FINISHED and self._exception is None:
+                # result() inlined for the common outcome (whose traceback
+                # flag is never set).
+                return self._result
+            if state == _PENDING:
                 raise RuntimeError("await wasn't used with future")
             return self.result()
         finally:
