@@ -2,10 +2,12 @@
 
 One iteration runs what was ready before the poll, then the callbacks of the
 fds the poll reported, in the order it reported them, then the timers due by
-then; whatever those schedule runs on the next iteration.  snakeloop runs a
-lone reader's callback without the deque when nothing else is ready and no
-timer is due (``_run_iterations``): every case here runs on the stdlib loop
-too, and must come out the same.
+then; whatever those schedule runs on the next iteration.  snakeloop takes
+two shortcuts there (``_run_iterations``): a lone reader's callback runs
+without the deque when nothing else is ready and no timer is due, and when
+nothing was ready before the poll, the I/O callbacks run from a list of their
+own, ahead of the deque.  Every case here runs on the stdlib loop too, and
+must come out the same.
 
 Each test registers its readers first and makes their fds readable from a
 timer (``kick``), so that the poll that reports them happens with the ready
@@ -34,7 +36,7 @@ class Trace(list):
 
     def append(self, item):
         super().append(item)
-        if item == self.last:
+        if item == self.last and not self.done.done():
             self.done.set_result(None)
 
 
@@ -148,6 +150,8 @@ def test_reader_replaced_mid_batch_is_not_run_on_the_old_event(fake_loop, pairs)
         # must not run any more: the new one runs after the next poll.
         fake_loop.remove_reader(b)
         one_shot_reader(fake_loop, b, trace, "new b")
+        # The new reader runs after the next poll, so after this.
+        fake_loop.call_soon(trace.append, "soon-from-a")
 
     fake_loop.add_reader(a, reader_a)
     fake_loop.add_reader(b, trace.append, "old b")
@@ -159,7 +163,7 @@ def test_reader_replaced_mid_batch_is_not_run_on_the_old_event(fake_loop, pairs)
     run(fake_loop, trace, kick)
     # Both fds were ready at the poll: if b came first its old reader ran
     # (and, not consuming, would run again if it were still registered).
-    assert trace in (["a", "new b"], ["old b", "a", "new b"])
+    assert trace in (["a", "soon-from-a", "new b"], ["old b", "a", "soon-from-a", "new b"])
 
 
 def test_several_readers_run_in_one_iteration_before_what_they_schedule(fake_loop, pairs):
@@ -181,3 +185,84 @@ def test_several_readers_run_in_one_iteration_before_what_they_schedule(fake_loo
     # at soon-r2, which is last only when r2 ran last.)
     soon = [f"soon-{name}" for name in readers]
     assert trace == readers + soon[: soon.index(last) + 1]
+
+
+def test_several_readers_run_before_a_due_timer(fake_loop, pairs):
+    made = pairs(2)
+    trace = Trace(fake_loop, "soon-from-timer")
+    for i, (a, _) in enumerate(made):
+        one_shot_reader(fake_loop, a, trace, f"r{i}", f"soon-r{i}")
+
+    def timer():
+        trace.append("timer")
+        fake_loop.call_soon(trace.append, "soon-from-timer")
+
+    def kick():
+        for _, b in made:
+            b.send(b"x")
+        fake_loop.call_at(fake_loop.time(), timer)
+
+    run(fake_loop, trace, kick)
+    readers = trace[:2]
+    assert sorted(readers) == ["r0", "r1"]
+    soon = [f"soon-{name}" for name in readers]
+    assert trace == readers + ["timer"] + soon + ["soon-from-timer"]
+
+
+def test_reader_cancelling_a_timer_due_in_its_iteration(fake_loop, pairs):
+    made = pairs(2)
+    trace = Trace(fake_loop, "soon")
+    timer = None
+
+    def make_reader(sock, name):
+        def reader():
+            sock.recv(1)
+            fake_loop.remove_reader(sock)
+            trace.append(name)
+            timer.cancel()
+            fake_loop.call_soon(trace.append, "soon")
+
+        fake_loop.add_reader(sock, reader)
+
+    for i, (a, _) in enumerate(made):
+        make_reader(a, f"r{i}")
+
+    def kick():
+        nonlocal timer
+        for _, b in made:
+            b.send(b"x")
+        timer = fake_loop.call_at(fake_loop.time(), trace.append, "timer")
+
+    run(fake_loop, trace, kick)
+    # The timer was queued behind the readers, cancelled, and skipped.
+    assert sorted(trace[:2]) == ["r0", "r1"]
+    assert trace[2:] == ["soon", "soon"]
+
+
+def test_reader_raising_does_not_stop_the_batch(fake_loop, pairs):
+    made = pairs(2)
+    trace = Trace(fake_loop, "soon")
+    errors = []
+    fake_loop.set_exception_handler(lambda loop, context: errors.append(context["exception"]))
+
+    def make_reader(sock, name):
+        def reader():
+            sock.recv(1)
+            fake_loop.remove_reader(sock)
+            trace.append(name)
+            fake_loop.call_soon(trace.append, "soon")
+            raise ZeroDivisionError(name)
+
+        fake_loop.add_reader(sock, reader)
+
+    for i, (a, _) in enumerate(made):
+        make_reader(a, f"r{i}")
+
+    def kick():
+        for _, b in made:
+            b.send(b"x")
+
+    run(fake_loop, trace, kick)
+    assert sorted(trace[:2]) == ["r0", "r1"]
+    assert trace[2:] == ["soon", "soon"]
+    assert sorted(str(e) for e in errors) == ["r0", "r1"]

@@ -348,6 +348,19 @@ class CoreLoop:
                         if once or self._stopping:
                             return
                         continue
+            # With nothing queued before the poll (a server's usual
+            # iteration), this iteration's batch starts with the I/O
+            # callbacks: they go into a list and run from it, which costs
+            # less per callback than the deque.  Each handle is still looked
+            # up now, before any of them runs, so a callback that removes
+            # or replaces another fd's reader cancels the handle already in
+            # the batch, as in asyncio.
+            if ready or self._debug:
+                batch = None
+                add = append
+            else:
+                batch = []
+                add = batch.append
             if events:
                 for fd, mask in events:
                     if mask == _READABLE:
@@ -355,7 +368,7 @@ class CoreLoop:
                         # skips the writer table.
                         handle = readers.get(fd)
                         if handle is not None and not handle._cancelled:
-                            append(handle)
+                            add(handle)
                             continue
                     # Any bit but "writable" wakes the reader and any bit
                     # but "readable" the writer, so errors and hang-ups
@@ -367,7 +380,7 @@ class CoreLoop:
                             if handle._cancelled:
                                 self._clear_io_handle(fd, readers, _READABLE)
                             else:
-                                append(handle)
+                                add(handle)
                         elif fd == self._waker_fd:
                             self._waker.drain()
                             continue
@@ -382,7 +395,7 @@ class CoreLoop:
                             if handle._cancelled:
                                 self._clear_io_handle(fd, writers, _WRITABLE)
                             else:
-                                append(handle)
+                                add(handle)
 
             # 4. Due timers.
             if scheduled:
@@ -411,6 +424,23 @@ class CoreLoop:
             if self._debug:
                 self._run_ready_debug(ntodo)
                 ntodo = 0
+            elif batch:
+                # The I/O callbacks first; then the deque's callbacks, which
+                # are this iteration's timers and signal handlers only (what
+                # the batch schedules lands behind them, for the next one).
+                for handle in batch:
+                    if handle._cancelled:
+                        continue
+                    try:
+                        if handle._args:
+                            handle._context.run(handle._callback, *handle._args)
+                        else:
+                            handle._context.run(handle._callback)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        handle._report(exc)
+                batch = None
             while ntodo:
                 ntodo -= 1
                 handle = popleft()
