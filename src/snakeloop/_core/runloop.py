@@ -16,7 +16,9 @@ One iteration (``_run_once``) is:
    deque (``call_soon_threadsafe`` appends before it wakes);
 4. move every timer due within one clock resolution of now to the deque;
 5. run exactly the callbacks that were in the deque when this step began;
-   callbacks they add wait for the next iteration.
+   callbacks they add wait for the next iteration.  (When nothing was ready
+   before the poll, the I/O callbacks of step 3 are kept in a list and run
+   first, then the deque's timers: the same order, without the deque.)
 
 The heap holds deadlines only (floats: compared in C, and invisible to the
 garbage collector); ``_timers`` maps each deadline to its handle, or to a
