@@ -555,12 +555,6 @@ class Task(Future):
             self._must_cancel = False
         self._fut_waiter = None
         loop = self._loop
-        # Whether callbacks may be queued as plain tuples (_takes_plain_callbacks).
-        plain = (
-            getattr(loop, "_accepts_plain_callbacks", False)
-            and not loop._debug
-            and not loop._closed
-        )
         _enter_task(loop, self)
         try:
             if exc is None:
@@ -577,7 +571,13 @@ class Task(Future):
                 self._result = stop.value
                 self._state = _FINISHED
                 callback0 = self._callback0
-                if callback0 is not None and self._more_callbacks is None and plain:
+                if (
+                    callback0 is not None
+                    and self._more_callbacks is None
+                    and getattr(loop, "_accepts_plain_callbacks", False)
+                    and not loop._debug
+                    and not loop._closed
+                ):
                     # The common case of _schedule_callbacks (one waiter, on
                     # a snakeloop loop), written out.
                     self._callback0 = None
@@ -596,7 +596,13 @@ class Task(Future):
         else:
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again next iteration.
-                if plain:
+                # (_takes_plain_callbacks(loop), written out; like the one
+                # above, checked only where it is needed, not on every step.)
+                if (
+                    getattr(loop, "_accepts_plain_callbacks", False)
+                    and not loop._debug
+                    and not loop._closed
+                ):
                     loop._ready.append((self._step, None, self._context))
                 else:
                     loop.call_soon(self._step, context=self._context)
