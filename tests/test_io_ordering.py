@@ -266,3 +266,21 @@ def test_reader_raising_does_not_stop_the_batch(fake_loop, pairs):
     assert sorted(trace[:2]) == ["r0", "r1"]
     assert trace[2:] == ["soon", "soon"]
     assert sorted(str(e) for e in errors) == ["r0", "r1"]
+
+
+def test_reader_of_a_socket_written_by_a_callback_runs_after_what_it_scheduled(fake_loop, pairs):
+    # asyncio polls before each batch, so the write is seen by the next
+    # iteration's poll, whose batch starts with what the writer scheduled.
+    # (A loop that polled after its ready callbacks, as libuv does, would
+    # run the reader first.)
+    ((a, b),) = pairs(1)
+    trace = Trace(fake_loop, "reader")
+    one_shot_reader(fake_loop, a, trace, "reader")
+
+    def writer():
+        b.send(b"x")
+        trace.append("writer")
+        fake_loop.call_soon(trace.append, "soon-from-writer")
+
+    run(fake_loop, trace, writer)
+    assert trace == ["writer", "soon-from-writer", "reader"]
