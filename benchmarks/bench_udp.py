@@ -2,14 +2,19 @@
 
     python -m benchmarks.bench_udp [--quick] [--seconds S] [--rounds N]
                                    [--clients N] [--size BYTES]
+                                   [--placement same|split] [--json FILE]
 
 For each loop (stdlib, snakeloop, uvloop when importable) the server is a
-``create_datagram_endpoint`` echo protocol running in its own process,
-pinned to CPU 0.  The client is a separate process, pinned to CPU 1, with
-``--clients`` UDP sockets (default 50) that each keep one datagram in
-flight: it busy-polls its own epoll set, so it is never the one asleep.
-A hand-written Python epoll server ("raw") is measured too, as the floor a
-Python loop can reach.
+``create_datagram_endpoint`` echo protocol running in its own process.  The
+client is a separate process with ``--clients`` UDP sockets (default 50)
+that each keep one datagram in flight.  A hand-written Python epoll server
+("raw") is measured too, as the floor a Python loop can reach.
+
+``--placement`` is ``benchmarks.net``'s: ``same`` (the default) puts both
+processes on CPU 0, the client blocking in epoll, so they take turns and
+the server's CPU time is its work alone; ``split`` puts the server on CPU 1
+and a busy-polling client on CPU 0, which adds a cross-CPU wake-up (on a
+VM, the hypervisor's) to every loop alike and makes the figures noisier.
 
 The main figure is the *server's* CPU time per request, read from
 ``/proc/PID/schedstat`` over the measured window (lower is better); the
@@ -40,7 +45,14 @@ import subprocess
 import sys
 import time
 
-from .serverproc import REPO, available_loops, cpu_ns, new_loop, settle_allocator
+from .serverproc import (
+    PLACEMENTS,
+    REPO,
+    available_loops,
+    cpu_ns,
+    new_loop,
+    settle_allocator,
+)
 
 RESEND_AFTER = 0.2
 
@@ -64,8 +76,8 @@ def _pin(cpu):
         pass
 
 
-def serve(loop_name):
-    _pin(0)
+def serve(loop_name, cpu):
+    _pin(cpu)
     settle_allocator()  # see benchmarks.net: asyncio reads with recvfrom(256 KiB)
     if loop_name == "raw":
         return serve_raw()
@@ -117,9 +129,9 @@ def serve_raw():
 # -- client side ---------------------------------------------------------------
 
 
-def client(port, server_pid, clients, size, warmup, seconds):
+def client(port, server_pid, clients, size, warmup, seconds, cpu, busy_poll):
     """Load the server; print one JSON line with the measured window."""
-    _pin(1)
+    _pin(cpu)
     payload = os.urandom(size)
     socks = []
     ep = select.epoll()
@@ -144,9 +156,13 @@ def client(port, server_pid, clients, size, warmup, seconds):
     measuring = False
     cpu0 = t0 = count0 = 0
     poll = ep.poll
+    # Sharing the server's CPU, the client must sleep in epoll to let it
+    # run; it wakes at least this often to resend what loopback dropped.
+    timeout = 0 if busy_poll else RESEND_AFTER / 4
     spins = 0
     while True:
-        for fd, _ in poll(0):
+        events = poll(timeout)
+        for fd, _ in events:
             s = by_fd[fd]
             try:
                 s.recv_into(buf)
@@ -156,7 +172,7 @@ def client(port, server_pid, clients, size, warmup, seconds):
             s.send(payload)
             last_sent[fd] = now()
         spins += 1
-        if spins & 255:
+        if spins & 255 and (events or busy_poll):
             continue
         t = now()
         if t >= phase_end:
@@ -183,9 +199,10 @@ def client(port, server_pid, clients, size, warmup, seconds):
 # -- driver --------------------------------------------------------------------
 
 
-def measure(loop_name, clients, size, seconds):
+def measure(loop_name, clients, size, seconds, placement):
+    server_cpu, client_cpu = PLACEMENTS[placement]
     server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bench_udp", "--serve", loop_name],
+        [sys.executable, "-m", "benchmarks.bench_udp", "--serve", loop_name, str(server_cpu)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=REPO,
@@ -208,6 +225,8 @@ def measure(loop_name, clients, size, seconds):
                 str(size),
                 str(min(0.5, seconds / 4)),
                 str(seconds),
+                str(client_cpu),
+                str(int(placement == "split")),
             ],
             cwd=REPO,
             capture_output=True,
@@ -234,27 +253,34 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="runs per loop (median)")
     parser.add_argument("--clients", type=int, default=50, help="sockets, one datagram each")
     parser.add_argument("--size", type=int, default=1024, help="datagram size in bytes")
+    parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="same")
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)
-    parser.add_argument("--client", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=8, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        return serve(args.serve)
+        return serve(args.serve[0], int(args.serve[1]))
     if args.client:
         port, pid, clients, size = (int(v) for v in args.client[:4])
-        return client(port, pid, clients, size, float(args.client[4]), float(args.client[5]))
+        warmup, seconds = float(args.client[4]), float(args.client[5])
+        cpu, busy_poll = int(args.client[6]), args.client[7] == "1"
+        return client(port, pid, clients, size, warmup, seconds, cpu, busy_poll)
+    if os.cpu_count() < 2 and args.placement == "split":
+        parser.error("--placement split needs two CPUs")
 
     seconds, rounds = (1.0, 1) if args.quick else (args.seconds, args.rounds)
     loops = available_loops()
     print(
         f"# Python {platform.python_version()}, UDP echo {args.size} B, {args.clients} client "
-        f"sockets, {rounds} round(s) of {seconds:g} s; server on CPU 0, client on CPU 1"
+        f"sockets, {rounds} round(s) of {seconds:g} s; placement {args.placement}"
     )
     samples = {name: [] for name in loops}
     for round_ in range(rounds):
         shift = round_ % len(loops)
         for name in loops[shift:] + loops[:shift]:
-            samples[name].append(measure(name, args.clients, args.size, seconds))
+            samples[name].append(
+                measure(name, args.clients, args.size, seconds, args.placement)
+            )
     medians = {
         name: {key: statistics.median(s[key] for s in runs) for key in ("rate", "cpu_us", "resent")}
         for name, runs in samples.items()

@@ -42,7 +42,14 @@ import sys
 import tempfile
 import time
 
-from .serverproc import REPO, available_loops, cpu_ns, new_loop, settle_allocator
+from .serverproc import (
+    PLACEMENTS,
+    REPO,
+    available_loops,
+    cpu_ns,
+    new_loop,
+    settle_allocator,
+)
 
 HTTP_REQUEST = b"GET /hello HTTP/1.1\r\nHost: bench\r\n\r\n"
 HTTP_BODY = b"Hello, world!"
@@ -83,7 +90,6 @@ DEFAULT_WORKLOADS = [
 # send, so it is the floor only where a reply always fits the socket buffer.
 RAW_MAX_SIZE = 16 * 1024
 
-CPUS = {"same": (0, 0), "split": (1, 0)}  # placement: (server CPU, client CPU)
 
 
 # -- servers (each runs in a child process) ----------------------------------------
@@ -276,7 +282,7 @@ def load(socks, request, expect, seconds, busy_poll, server_pid=None):
 
 def measure(loop_name, workload, seconds, placement):
     kind, family, size, connections = WORKLOADS[workload]
-    server_cpu, client_cpu = CPUS[placement]
+    server_cpu, client_cpu = PLACEMENTS[placement]
     tmp = tempfile.TemporaryDirectory() if family == "unix" else None
     address = os.path.join(tmp.name, "bench.sock") if tmp else ""
     proc = subprocess.Popen(
@@ -334,7 +340,7 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=2.0, help="load time per run")
     parser.add_argument("--rounds", type=int, default=3, help="runs per server (median)")
     parser.add_argument("--only", default="", help="comma-separated workload names")
-    parser.add_argument("--placement", choices=sorted(CPUS), default="same")
+    parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="same")
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

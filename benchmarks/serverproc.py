@@ -13,6 +13,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Where server and client run, by --placement: (server CPU, client CPU).
+# "same": they take turns on one CPU, the client blocking in epoll, so the
+# server's CPU time is its work and nothing else.  "split": the client
+# busy-polls on the other CPU; on a VM every cross-CPU wake-up then adds the
+# hypervisor's cost to every server alike.
+PLACEMENTS = {"same": (0, 0), "split": (1, 0)}
+
 
 def new_loop(name):
     """A fresh loop of the named kind: stdlib, uvloop or snakeloop (from src/)."""
