@@ -136,7 +136,10 @@ async def _echo_digests(connections: int, size: int):
         return await asyncio.gather(*(client(i) for i in range(connections)))
     finally:
         server.close()
-        await server.wait_closed()
+        # From 3.12.1, wait_closed() also waits for the connections: after a
+        # stall (the caller's timeout), that would hang the test instead of
+        # failing it.
+        await asyncio.wait_for(server.wait_closed(), 10)
 
 
 @contextlib.contextmanager
