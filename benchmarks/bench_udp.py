@@ -278,9 +278,7 @@ def main(argv=None):
     for round_ in range(rounds):
         shift = round_ % len(loops)
         for name in loops[shift:] + loops[:shift]:
-            samples[name].append(
-                measure(name, args.clients, args.size, seconds, args.placement)
-            )
+            samples[name].append(measure(name, args.clients, args.size, seconds, args.placement))
     medians = {
         name: {key: statistics.median(s[key] for s in runs) for key in ("rate", "cpu_us", "resent")}
         for name, runs in samples.items()

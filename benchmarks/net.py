@@ -91,7 +91,6 @@ DEFAULT_WORKLOADS = [
 RAW_MAX_SIZE = 16 * 1024
 
 
-
 # -- servers (each runs in a child process) ----------------------------------------
 
 

@@ -59,9 +59,7 @@ def _exists(module: str) -> bool:
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
 
 
-GRAPH = {
-    _module_name(p): _imports(p) for p in sorted(PACKAGE_DIR.rglob("*.py"))
-}
+GRAPH = {_module_name(p): _imports(p) for p in sorted(PACKAGE_DIR.rglob("*.py"))}
 
 
 def _in(module: str, package: str) -> bool:

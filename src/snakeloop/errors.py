@@ -64,11 +64,7 @@ class ExceptionHandlingMixin:
         else:
             exc_info = False
         current = self._current_handle
-        if (
-            "source_traceback" not in context
-            and current is not None
-            and current._source_traceback
-        ):
+        if "source_traceback" not in context and current is not None and current._source_traceback:
             context["handle_traceback"] = current._source_traceback
         logger.error(_format_context(context), exc_info=exc_info)
 

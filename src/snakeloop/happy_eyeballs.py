@@ -15,9 +15,7 @@ from typing import Any
 __all__ = ["staggered_connect"]
 
 
-async def staggered_connect(
-    attempts: Iterable[Callable[[], Awaitable[Any]]], delay: float
-) -> Any:
+async def staggered_connect(attempts: Iterable[Callable[[], Awaitable[Any]]], delay: float) -> Any:
     """The result of the first attempt that succeeds, or None if all fail.
 
     Each attempt records its own failure (the caller collects errors); an

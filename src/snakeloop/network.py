@@ -364,14 +364,22 @@ class NetworkMixin:
             if sock is not None:
                 raise ValueError("host/port and sock can not be specified at the same time")
             infos = await ensure_resolved(
-                self, (host, port), family=family, type=socket.SOCK_STREAM, proto=proto,
+                self,
+                (host, port),
+                family=family,
+                type=socket.SOCK_STREAM,
+                proto=proto,
                 flags=flags,
             )
             if not infos:
                 raise OSError("getaddrinfo() returned empty list")
             if local_addr is not None:
                 laddr_infos = await ensure_resolved(
-                    self, local_addr, family=family, type=socket.SOCK_STREAM, proto=proto,
+                    self,
+                    local_addr,
+                    family=family,
+                    type=socket.SOCK_STREAM,
+                    proto=proto,
                     flags=flags,
                 )
                 if not laddr_infos:
@@ -425,9 +433,7 @@ class NetworkMixin:
         )
         if self._debug:
             sock = transport.get_extra_info("socket")
-            logger.debug(
-                "%r connected to %s:%r: (%r, %r)", sock, host, port, transport, protocol
-            )
+            logger.debug("%r connected to %s:%r: (%r, %r)", sock, host, port, transport, protocol)
         return transport, protocol
 
     def _connect_attempt(self, errors, addrinfo, laddr_infos):
@@ -441,35 +447,89 @@ class NetworkMixin:
     if _PY312:
 
         async def create_connection(
-            self, protocol_factory, host=None, port=None, *, ssl=None, family=0, proto=0,
-            flags=0, sock=None, local_addr=None, server_hostname=None,
-            ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
-            happy_eyeballs_delay=None, interleave=None, all_errors=False,
+            self,
+            protocol_factory,
+            host=None,
+            port=None,
+            *,
+            ssl=None,
+            family=0,
+            proto=0,
+            flags=0,
+            sock=None,
+            local_addr=None,
+            server_hostname=None,
+            ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None,
+            happy_eyeballs_delay=None,
+            interleave=None,
+            all_errors=False,
         ):
             """Open a TCP connection; return ``(transport, protocol)``."""
             return await self._create_connection(
-                protocol_factory, host, port, ssl, family, proto, flags, sock, local_addr,
-                server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout,
-                happy_eyeballs_delay, interleave, all_errors,
+                protocol_factory,
+                host,
+                port,
+                ssl,
+                family,
+                proto,
+                flags,
+                sock,
+                local_addr,
+                server_hostname,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+                happy_eyeballs_delay,
+                interleave,
+                all_errors,
             )
 
     else:
 
         async def create_connection(
-            self, protocol_factory, host=None, port=None, *, ssl=None, family=0, proto=0,
-            flags=0, sock=None, local_addr=None, server_hostname=None,
-            ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
-            happy_eyeballs_delay=None, interleave=None,
+            self,
+            protocol_factory,
+            host=None,
+            port=None,
+            *,
+            ssl=None,
+            family=0,
+            proto=0,
+            flags=0,
+            sock=None,
+            local_addr=None,
+            server_hostname=None,
+            ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None,
+            happy_eyeballs_delay=None,
+            interleave=None,
         ):
             """Open a TCP connection; return ``(transport, protocol)``."""
             return await self._create_connection(
-                protocol_factory, host, port, ssl, family, proto, flags, sock, local_addr,
-                server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout,
-                happy_eyeballs_delay, interleave, False,
+                protocol_factory,
+                host,
+                port,
+                ssl,
+                family,
+                proto,
+                flags,
+                sock,
+                local_addr,
+                server_hostname,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+                happy_eyeballs_delay,
+                interleave,
+                False,
             )
 
     async def connect_accepted_socket(
-        self, protocol_factory, sock, *, ssl=None, ssl_handshake_timeout=None,
+        self,
+        protocol_factory,
+        sock,
+        *,
+        ssl=None,
+        ssl_handshake_timeout=None,
         ssl_shutdown_timeout=None,
     ):
         """Wrap an already accepted socket in a transport."""
@@ -495,8 +555,15 @@ class NetworkMixin:
         return transport, protocol
 
     async def create_unix_connection(
-        self, protocol_factory, path=None, *, ssl=None, sock=None, server_hostname=None,
-        ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+        self,
+        protocol_factory,
+        path=None,
+        *,
+        ssl=None,
+        sock=None,
+        server_hostname=None,
+        ssl_handshake_timeout=None,
+        ssl_shutdown_timeout=None,
     ):
         """Open a Unix stream connection; return ``(transport, protocol)``."""
         assert server_hostname is None or isinstance(server_hostname, str)
@@ -547,8 +614,21 @@ class NetworkMixin:
         return infos
 
     async def _create_server(
-        self, protocol_factory, host, port, family, flags, sock, backlog, ssl, reuse_address,
-        reuse_port, keep_alive, ssl_handshake_timeout, ssl_shutdown_timeout, start_serving,
+        self,
+        protocol_factory,
+        host,
+        port,
+        family,
+        flags,
+        sock,
+        backlog,
+        ssl,
+        reuse_address,
+        reuse_port,
+        keep_alive,
+        ssl_handshake_timeout,
+        ssl_shutdown_timeout,
+        start_serving,
     ):
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
@@ -584,7 +664,10 @@ class NetworkMixin:
                         if self._debug:
                             logger.warning(
                                 "create_server() failed to create socket.socket(%r, %r, %r)",
-                                af, socktype, proto, exc_info=True,
+                                af,
+                                socktype,
+                                proto,
+                                exc_info=True,
                             )
                         continue
                     sockets.append(sock)
@@ -628,7 +711,12 @@ class NetworkMixin:
         for s in sockets:
             s.setblocking(False)
         server = Server(
-            self, sockets, protocol_factory, ssl, backlog, ssl_handshake_timeout,
+            self,
+            sockets,
+            protocol_factory,
+            ssl,
+            backlog,
+            ssl_handshake_timeout,
             ssl_shutdown_timeout,
         )
         if start_serving:
@@ -641,36 +729,89 @@ class NetworkMixin:
     if _PY313:
 
         async def create_server(
-            self, protocol_factory, host=None, port=None, *, family=socket.AF_UNSPEC,
-            flags=socket.AI_PASSIVE, sock=None, backlog=100, ssl=None, reuse_address=None,
-            reuse_port=None, keep_alive=None, ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None, start_serving=True,
+            self,
+            protocol_factory,
+            host=None,
+            port=None,
+            *,
+            family=socket.AF_UNSPEC,
+            flags=socket.AI_PASSIVE,
+            sock=None,
+            backlog=100,
+            ssl=None,
+            reuse_address=None,
+            reuse_port=None,
+            keep_alive=None,
+            ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None,
+            start_serving=True,
         ):
             """Listen on ``host``/``port`` (or ``sock``); return a Server."""
             return await self._create_server(
-                protocol_factory, host, port, family, flags, sock, backlog, ssl,
-                reuse_address, reuse_port, keep_alive, ssl_handshake_timeout,
-                ssl_shutdown_timeout, start_serving,
+                protocol_factory,
+                host,
+                port,
+                family,
+                flags,
+                sock,
+                backlog,
+                ssl,
+                reuse_address,
+                reuse_port,
+                keep_alive,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+                start_serving,
             )
 
     else:
 
         async def create_server(
-            self, protocol_factory, host=None, port=None, *, family=socket.AF_UNSPEC,
-            flags=socket.AI_PASSIVE, sock=None, backlog=100, ssl=None, reuse_address=None,
-            reuse_port=None, ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+            self,
+            protocol_factory,
+            host=None,
+            port=None,
+            *,
+            family=socket.AF_UNSPEC,
+            flags=socket.AI_PASSIVE,
+            sock=None,
+            backlog=100,
+            ssl=None,
+            reuse_address=None,
+            reuse_port=None,
+            ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None,
             start_serving=True,
         ):
             """Listen on ``host``/``port`` (or ``sock``); return a Server."""
             return await self._create_server(
-                protocol_factory, host, port, family, flags, sock, backlog, ssl,
-                reuse_address, reuse_port, None, ssl_handshake_timeout,
-                ssl_shutdown_timeout, start_serving,
+                protocol_factory,
+                host,
+                port,
+                family,
+                flags,
+                sock,
+                backlog,
+                ssl,
+                reuse_address,
+                reuse_port,
+                None,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+                start_serving,
             )
 
     async def _create_unix_server(
-        self, protocol_factory, path, sock, backlog, ssl, ssl_handshake_timeout,
-        ssl_shutdown_timeout, start_serving, cleanup_socket,
+        self,
+        protocol_factory,
+        path,
+        sock,
+        backlog,
+        ssl,
+        ssl_handshake_timeout,
+        ssl_shutdown_timeout,
+        start_serving,
+        cleanup_socket,
     ):
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
@@ -716,7 +857,12 @@ class NetworkMixin:
                     pass
         sock.setblocking(False)
         server = Server(
-            self, [sock], protocol_factory, ssl, backlog, ssl_handshake_timeout,
+            self,
+            [sock],
+            protocol_factory,
+            ssl,
+            backlog,
+            ssl_handshake_timeout,
             ssl_shutdown_timeout,
         )
         if start_serving:
@@ -727,38 +873,80 @@ class NetworkMixin:
     if _PY313:
 
         async def create_unix_server(
-            self, protocol_factory, path=None, *, sock=None, backlog=100, ssl=None,
-            ssl_handshake_timeout=None, ssl_shutdown_timeout=None, start_serving=True,
+            self,
+            protocol_factory,
+            path=None,
+            *,
+            sock=None,
+            backlog=100,
+            ssl=None,
+            ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None,
+            start_serving=True,
             cleanup_socket=True,
         ):
             """Listen on a Unix socket; return a Server."""
             return await self._create_unix_server(
-                protocol_factory, path, sock, backlog, ssl, ssl_handshake_timeout,
-                ssl_shutdown_timeout, start_serving, cleanup_socket,
+                protocol_factory,
+                path,
+                sock,
+                backlog,
+                ssl,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+                start_serving,
+                cleanup_socket,
             )
 
     else:
 
         async def create_unix_server(
-            self, protocol_factory, path=None, *, sock=None, backlog=100, ssl=None,
-            ssl_handshake_timeout=None, ssl_shutdown_timeout=None, start_serving=True,
+            self,
+            protocol_factory,
+            path=None,
+            *,
+            sock=None,
+            backlog=100,
+            ssl=None,
+            ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None,
+            start_serving=True,
         ):
             """Listen on a Unix socket; return a Server."""
             return await self._create_unix_server(
-                protocol_factory, path, sock, backlog, ssl, ssl_handshake_timeout,
-                ssl_shutdown_timeout, start_serving, False,
+                protocol_factory,
+                path,
+                sock,
+                backlog,
+                ssl,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+                start_serving,
+                False,
             )
 
     # -- accepting ---------------------------------------------------------------
 
     def _start_serving(
-        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100,
+        self,
+        protocol_factory,
+        sock,
+        sslcontext=None,
+        server=None,
+        backlog=100,
         ssl_handshake_timeout=constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout=constants.SSL_SHUTDOWN_TIMEOUT,
     ):
         self._add_reader(
-            sock.fileno(), self._accept_connection, protocol_factory, sock, sslcontext,
-            server, backlog, ssl_handshake_timeout, ssl_shutdown_timeout,
+            sock.fileno(),
+            self._accept_connection,
+            protocol_factory,
+            sock,
+            sslcontext,
+            server,
+            backlog,
+            ssl_handshake_timeout,
+            ssl_shutdown_timeout,
         )
 
     def _stop_serving(self, sock):
@@ -781,7 +969,13 @@ class NetworkMixin:
                 logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     def _accept_connection(
-        self, protocol_factory, sock, sslcontext, server, backlog, ssl_handshake_timeout,
+        self,
+        protocol_factory,
+        sock,
+        sslcontext,
+        server,
+        backlog,
+        ssl_handshake_timeout,
         ssl_shutdown_timeout,
     ):
         for _ in range(backlog):
@@ -798,8 +992,14 @@ class NetworkMixin:
                 if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     raise
                 self._pause_accepting(
-                    exc, protocol_factory, sock, sslcontext, server, backlog,
-                    ssl_handshake_timeout, ssl_shutdown_timeout,
+                    exc,
+                    protocol_factory,
+                    sock,
+                    sslcontext,
+                    server,
+                    backlog,
+                    ssl_handshake_timeout,
+                    ssl_shutdown_timeout,
                 )
                 return
             self._accept_starved.discard(sock.fileno())
@@ -807,15 +1007,27 @@ class NetworkMixin:
             if sslcontext:
                 self.create_task(
                     self._accept_tls_connection(
-                        protocol_factory, conn, extra, sslcontext, server,
-                        ssl_handshake_timeout, ssl_shutdown_timeout,
+                        protocol_factory,
+                        conn,
+                        extra,
+                        sslcontext,
+                        server,
+                        ssl_handshake_timeout,
+                        ssl_shutdown_timeout,
                     )
                 )
             else:
                 self._accept_plain_connection(protocol_factory, conn, extra, server)
 
     def _pause_accepting(
-        self, exc, protocol_factory, sock, sslcontext, server, backlog, ssl_handshake_timeout,
+        self,
+        exc,
+        protocol_factory,
+        sock,
+        sslcontext,
+        server,
+        backlog,
+        ssl_handshake_timeout,
         ssl_shutdown_timeout,
     ):
         fd = sock.fileno()
@@ -830,8 +1042,15 @@ class NetworkMixin:
             )
         self._remove_reader(fd)
         self.call_later(
-            constants.ACCEPT_RETRY_DELAY, self._resume_accepting, protocol_factory, sock,
-            sslcontext, server, backlog, ssl_handshake_timeout, ssl_shutdown_timeout,
+            constants.ACCEPT_RETRY_DELAY,
+            self._resume_accepting,
+            protocol_factory,
+            sock,
+            sslcontext,
+            server,
+            backlog,
+            ssl_handshake_timeout,
+            ssl_shutdown_timeout,
         )
 
     def _resume_accepting(self, protocol_factory, sock, *args):
@@ -859,7 +1078,13 @@ class NetworkMixin:
                 self.call_exception_handler(context)
 
     async def _accept_tls_connection(
-        self, protocol_factory, conn, extra, sslcontext, server, ssl_handshake_timeout,
+        self,
+        protocol_factory,
+        conn,
+        extra,
+        sslcontext,
+        server,
+        ssl_handshake_timeout,
         ssl_shutdown_timeout,
     ):
         protocol = None
@@ -868,8 +1093,14 @@ class NetworkMixin:
             protocol = protocol_factory()
             waiter = self.create_future()
             transport = self._make_stream_transport(
-                conn, protocol, waiter, extra=extra, server=server, sslcontext=sslcontext,
-                server_side=True, ssl_handshake_timeout=ssl_handshake_timeout,
+                conn,
+                protocol,
+                waiter,
+                extra=extra,
+                server=server,
+                sslcontext=sslcontext,
+                server_side=True,
+                ssl_handshake_timeout=ssl_handshake_timeout,
                 ssl_shutdown_timeout=ssl_shutdown_timeout,
             )
             try:

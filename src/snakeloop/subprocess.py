@@ -408,8 +408,18 @@ class SubprocessMixin:
         if not shell:
             raise ValueError("shell must be True")
         return await self._start_subprocess(
-            protocol_factory, cmd, True, f"run shell command {cmd!r}",
-            stdin, stdout, stderr, bufsize, text, encoding, errors, kwargs,
+            protocol_factory,
+            cmd,
+            True,
+            f"run shell command {cmd!r}",
+            stdin,
+            stdout,
+            stderr,
+            bufsize,
+            text,
+            encoding,
+            errors,
+            kwargs,
         )
 
     async def subprocess_exec(
@@ -434,13 +444,34 @@ class SubprocessMixin:
         if shell:
             raise ValueError("shell must be False")
         return await self._start_subprocess(
-            protocol_factory, (program,) + args, False, f"execute program {program!r}",
-            stdin, stdout, stderr, bufsize, text, encoding, errors, kwargs,
+            protocol_factory,
+            (program,) + args,
+            False,
+            f"execute program {program!r}",
+            stdin,
+            stdout,
+            stderr,
+            bufsize,
+            text,
+            encoding,
+            errors,
+            kwargs,
         )
 
     async def _start_subprocess(
-        self, protocol_factory, popen_args, shell, what, stdin, stdout, stderr, bufsize,
-        text, encoding, errors, kwargs,
+        self,
+        protocol_factory,
+        popen_args,
+        shell,
+        what,
+        stdin,
+        stdout,
+        stderr,
+        bufsize,
+        text,
+        encoding,
+        errors,
+        kwargs,
     ):
         """The checks and the start that subprocess_shell and _exec share."""
         if bufsize != 0:

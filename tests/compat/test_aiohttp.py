@@ -155,9 +155,7 @@ def test_client_leaving_mid_download(any_loop):
             _, high = server_side.get_write_buffer_limits()
 
             def stalled():
-                return (
-                    not client_side.is_reading() and server_side.get_write_buffer_size() > high
-                )
+                return not client_side.is_reading() and server_side.get_write_buffer_size() > high
 
             for _ in range(500):
                 if stalled():

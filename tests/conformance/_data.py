@@ -41,7 +41,7 @@ _TAG_RE = re.compile(r"^(-)?(\d+)\.(\d+)(\+)?$")
 
 def short_id(test_id: str) -> str:
     """Strip the ``test.test_asyncio.`` package prefix from a unittest id."""
-    return test_id[len(ID_PREFIX):] if test_id.startswith(ID_PREFIX) else test_id
+    return test_id[len(ID_PREFIX) :] if test_id.startswith(ID_PREFIX) else test_id
 
 
 def _version_matches(tag: str, version: tuple[int, int]) -> bool:

@@ -40,8 +40,8 @@ import _data
 class Counters:
     """Per-test counts of loops created, reset before each test."""
 
-    target_loops = 0     # loops made by the target factory
-    stdlib_loops = 0     # stdlib BaseEventLoop instances made outside the factory (not TestLoop)
+    target_loops = 0  # loops made by the target factory
+    stdlib_loops = 0  # stdlib BaseEventLoop instances made outside the factory (not TestLoop)
 
 
 _in_factory = threading.local()
@@ -84,8 +84,9 @@ def install_target(raw_factory):
 
     def factory():
         if getattr(_in_factory, "active", False):
-            raise RuntimeError("the target loop factory re-entered itself "
-                               "(does it call asyncio.new_event_loop()?)")
+            raise RuntimeError(
+                "the target loop factory re-entered itself (does it call asyncio.new_event_loop()?)"
+            )
         _in_factory.active = True
         try:
             loop = raw_factory()
@@ -95,8 +96,11 @@ def install_target(raw_factory):
         return loop
 
     base_policy = asyncio.DefaultEventLoopPolicy
-    policy_cls = type("TargetEventLoopPolicy", (base_policy,),
-                      {"_loop_factory": staticmethod(factory), "__module__": __name__})
+    policy_cls = type(
+        "TargetEventLoopPolicy",
+        (base_policy,),
+        {"_loop_factory": staticmethod(factory), "__module__": __name__},
+    )
     asyncio.DefaultEventLoopPolicy = policy_cls
     for modname in ("unix_events", "windows_events"):
         mod = getattr(asyncio, modname, None)
@@ -109,8 +113,7 @@ def install_target(raw_factory):
 
     def counting_init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        if not getattr(_in_factory, "active", False) and not isinstance(
-                self, test_utils.TestLoop):
+        if not getattr(_in_factory, "active", False) and not isinstance(self, test_utils.TestLoop):
             Counters.stdlib_loops += 1
 
     base_events.BaseEventLoop.__init__ = counting_init
@@ -198,8 +201,11 @@ def _bind_value(spec: str, task_cls, future_cls):
 def _local_test_classes(mod) -> dict[str, type]:
     out = {}
     for name, obj in vars(mod).items():
-        if (isinstance(obj, type) and issubclass(obj, unittest.TestCase)
-                and obj.__module__ == mod.__name__):
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, unittest.TestCase)
+            and obj.__module__ == mod.__name__
+        ):
             out[name] = obj
     return out
 
@@ -216,13 +222,14 @@ def _loop_class(mod, name, entry, factory):
     how = entry.get("how", "factory")
     bases = [getattr(mod, b, None) for b in entry.get("from", [name])]
     if any(b is None for b in bases):
-        return None                      # not in this Python version
+        return None  # not in this Python version
     if how == "keep":
         return bases[0]
     if how == "factory":
         if not any(issubclass(b, unittest.TestCase) for b in bases):
             bases.append(test_utils.TestCase)
         if entry.get("record_shutdown_asyncgens"):
+
             def new_loop(self):
                 loop = factory()
                 loop.shutdown_ag_run = False
@@ -235,10 +242,11 @@ def _loop_class(mod, name, entry, factory):
                 loop.shutdown_asyncgens = shutdown_asyncgens
                 return loop
         else:
+
             def new_loop(self):
                 return factory()
-        return _make_class(mod, name, bases,
-                           {"create_event_loop": new_loop, "new_loop": new_loop})
+
+        return _make_class(mod, name, bases, {"create_event_loop": new_loop, "new_loop": new_loop})
     if how == "setup":
         # Run the setUp chain above the class that hard-codes its loop, then use the target.
         owner = next(k for k in bases[0].__mro__ if "setUp" in vars(k))
@@ -309,7 +317,7 @@ def plan_module(module, mode, selection, factory, task_cls, future_cls, network)
             plan["excluded"].extend([f"{module}.{cname}.{n}", excl.reason] for n in names)
 
     section = spec.get(mode, {})
-    classes = []                        # (cls, only_if_source_contains)
+    classes = []  # (cls, only_if_source_contains)
     if mode == "loop":
         for cname in section.get("keep", []):
             if cname in local:
@@ -363,8 +371,13 @@ class EventResult(unittest.TestResult):
             asyncio.set_event_loop_policy(None)
         Counters.target_loops = Counters.stdlib_loops = 0
         tid = _data.short_id(test.id())
-        self.current = {"id": tid, "outcome": None, "message": "", "traceback": "",
-                        "t0": time.monotonic()}
+        self.current = {
+            "id": tid,
+            "outcome": None,
+            "message": "",
+            "traceback": "",
+            "t0": time.monotonic(),
+        }
         self.emit({"ev": "start", "id": tid})
         print(f"\n=== start {tid}", file=sys.stderr, flush=True)
         if self.timeout:
@@ -394,8 +407,13 @@ class EventResult(unittest.TestResult):
     def addError(self, test, err):
         if self.current is None or not isinstance(test, unittest.TestCase):
             # A class or module fixture (setUpClass, tearDownModule) failed.
-            self.emit({"ev": "fixture_error", "id": str(test),
-                       "traceback": self._exc_info_to_string(err, test)[-4000:]})
+            self.emit(
+                {
+                    "ev": "fixture_error",
+                    "id": str(test),
+                    "traceback": self._exc_info_to_string(err, test)[-4000:],
+                }
+            )
             return
         self._record(test, "error", err)
 
@@ -421,11 +439,18 @@ class EventResult(unittest.TestResult):
         cur, self.current = self.current, None
         if cur is None:
             return
-        self.emit({"ev": "result", "id": cur["id"], "outcome": cur["outcome"] or "error",
-                   "message": cur["message"], "traceback": cur["traceback"],
-                   "target_loops": Counters.target_loops,
-                   "stdlib_loops": Counters.stdlib_loops,
-                   "seconds": round(time.monotonic() - cur["t0"], 3)})
+        self.emit(
+            {
+                "ev": "result",
+                "id": cur["id"],
+                "outcome": cur["outcome"] or "error",
+                "message": cur["message"],
+                "traceback": cur["traceback"],
+                "target_loops": Counters.target_loops,
+                "stdlib_loops": Counters.stdlib_loops,
+                "seconds": round(time.monotonic() - cur["t0"], 3),
+            }
+        )
 
 
 def main(argv=None):
@@ -458,8 +483,9 @@ def main(argv=None):
         raw_factory, task_cls, future_cls = resolve_target(args.target)
         factory = install_target(raw_factory)
         apply_shims()
-        plan = plan_module(args.module, args.mode, selection, factory, task_cls, future_cls,
-                           args.network)
+        plan = plan_module(
+            args.module, args.mode, selection, factory, task_cls, future_cls, args.network
+        )
     except unittest.SkipTest as e:
         emit({"ev": "module_skip", "reason": str(e)})
         emit({"ev": "done"})
@@ -470,15 +496,22 @@ def main(argv=None):
 
     tests = plan["tests"]
     if args.k:
+
         def wanted(tid):
             return any(k in tid for k in args.k)
 
         tests = [t for t in tests if wanted(_data.short_id(t.id()))]
         plan["excluded"] = [e for e in plan["excluded"] if wanted(e[0])]
         plan["deferred"] = [tid for tid in plan["deferred"] if wanted(tid)]
-    emit({"ev": "plan", "ids": [_data.short_id(t.id()) for t in tests],
-          "excluded": plan["excluded"], "deferred": plan["deferred"],
-          "unclassified": plan["unclassified"]})
+    emit(
+        {
+            "ev": "plan",
+            "ids": [_data.short_id(t.id()) for t in tests],
+            "excluded": plan["excluded"],
+            "deferred": plan["deferred"],
+            "unclassified": plan["unclassified"],
+        }
+    )
     if args.plan_only:
         emit({"ev": "done"})
         return 0

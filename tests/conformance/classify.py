@@ -33,26 +33,38 @@ PRIVATE = [
     (r"""(?<=patch\(['"])asyncio\.[\w.]+""", "mock.patch of {}"),
     (r"""(?<=patch\.object\()asyncio\.[\w.]+""", "mock.patch of {}"),
     (r"""@patch_socket\b""", "patches asyncio.base_events.socket (patch_socket)"),
-    (r"""patch\.object\(\s*(?:asyncio\.)?(?:base_events|selector_events|unix_events|"""
-     r"""proactor_events|sslproto|base_subprocess|events|futures|tasks|coroutines)\b[\w.]*""",
-     "patches {}"),
+    (
+        r"""patch\.object\(\s*(?:asyncio\.)?(?:base_events|selector_events|unix_events|"""
+        r"""proactor_events|sslproto|base_subprocess|events|futures|tasks|coroutines)\b[\w.]*""",
+        "patches {}",
+    ),
     (r"""\b(?:self\.)?loop\._[A-Za-z]\w*""", "uses private {}"),
-    (r"""\b(?:srv|server|tr|transport|transp|ssl_proto|sslobj|proto)\._[A-Za-z]\w*""",
-     "uses private {}"),
-    (r"""\b(?:base_events|selector_events|unix_events|proactor_events|sslproto|"""
-     r"""base_subprocess|constants)\.\w+""", "uses asyncio internals ({})"),
+    (
+        r"""\b(?:srv|server|tr|transport|transp|ssl_proto|sslobj|proto)\._[A-Za-z]\w*""",
+        "uses private {}",
+    ),
+    (
+        r"""\b(?:base_events|selector_events|unix_events|proactor_events|sslproto|"""
+        r"""base_subprocess|constants)\.\w+""",
+        "uses asyncio internals ({})",
+    ),
     (r"""new_test_loop\(|\bTestLoop\b""", "runs on CPython's private test_utils.TestLoop"),
-    (r"""(?:\b|_)loop\.(?!call_exception_handler\b|slow_callback_duration\b)"""
-     r"""[a-z]\w*\s*=(?!=)""", "replaces {} on the loop instance"),
+    (
+        r"""(?:\b|_)loop\.(?!call_exception_handler\b|slow_callback_duration\b)"""
+        r"""[a-z]\w*\s*=(?!=)""",
+        "replaces {} on the loop instance",
+    ),
     (r"""mock_nonblocking_socket|\bm_socket\b""", "drives the loop with mocked sockets"),
 ]
 
-NETWORK = (r"""\b(?:socket|socketpair|create_connection|create_server|create_unix_\w+|"""
-           r"""create_datagram_endpoint|sock_\w+|sendfile|ssl|connect_read_pipe|"""
-           r"""connect_write_pipe|connect_accepted_socket|subprocess_exec|subprocess_shell|"""
-           r"""create_subprocess_\w+|add_signal_handler|remove_signal_handler|getaddrinfo|"""
-           r"""getnameinfo|os\.pipe|start_tls|start_server|open_connection|"""
-           r"""start_unix_server|open_unix_connection)\b""")
+NETWORK = (
+    r"""\b(?:socket|socketpair|create_connection|create_server|create_unix_\w+|"""
+    r"""create_datagram_endpoint|sock_\w+|sendfile|ssl|connect_read_pipe|"""
+    r"""connect_write_pipe|connect_accepted_socket|subprocess_exec|subprocess_shell|"""
+    r"""create_subprocess_\w+|add_signal_handler|remove_signal_handler|getaddrinfo|"""
+    r"""getnameinfo|os\.pipe|start_tls|start_server|open_connection|"""
+    r"""start_unix_server|open_unix_connection)\b"""
+)
 
 
 def private_reasons(src: str) -> list[str]:
@@ -81,8 +93,9 @@ def main(argv=None) -> int:
         if importlib.util.find_spec(_data.ID_PREFIX + module) is None:
             print(f"# {module}: not in this Python version")
             continue
-        plan = _worker.plan_module(module, args.mode, selection, factory, task_cls,
-                                   future_cls, network=True)
+        plan = _worker.plan_module(
+            module, args.mode, selection, factory, task_cls, future_cls, network=True
+        )
         for test in plan["tests"]:
             tid = _data.short_id(test.id())
             if not args.all and (tid in excl or tid in net):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 try:
     from . import _data
-except ImportError:                     # run as a script: python tests/conformance/run.py
+except ImportError:  # run as a script: python tests/conformance/run.py
     import _data
 
 HERE = _data.HERE
@@ -42,11 +42,19 @@ TARGETS = ("snakeloop", "stdlib", "stdlib-py")
 FAILED = ("fail", "error", "hung", "crash", "notrun")
 
 # Rough relative cost of each job, to start the long ones first.
-_COST = {("loop", "test_events"): 30, ("task", "test_tasks"): 25, ("loop", "test_tasks"): 20,
-         ("loop", "test_base_events"): 12, ("loop", "test_runners"): 12,
-         ("loop", "test_locks"): 10, ("loop", "test_timeouts"): 10,
-         ("loop", "test_waitfor"): 10, ("loop", "test_queues"): 8,
-         ("loop", "test_taskgroups"): 8, ("loop", "test_threads"): 5}
+_COST = {
+    ("loop", "test_events"): 30,
+    ("task", "test_tasks"): 25,
+    ("loop", "test_tasks"): 20,
+    ("loop", "test_base_events"): 12,
+    ("loop", "test_runners"): 12,
+    ("loop", "test_locks"): 10,
+    ("loop", "test_timeouts"): 10,
+    ("loop", "test_waitfor"): 10,
+    ("loop", "test_queues"): 8,
+    ("loop", "test_taskgroups"): 8,
+    ("loop", "test_threads"): 5,
+}
 
 
 @dataclass
@@ -62,11 +70,11 @@ class Job:
 @dataclass
 class JobResult:
     job: Job
-    ids: list = field(default_factory=list)            # selected test ids, in order
-    results: dict = field(default_factory=dict)        # id -> result event
-    excluded: list = field(default_factory=list)       # [id, reason]
-    deferred: list = field(default_factory=list)       # ids (network part, switched off)
-    unclassified: list = field(default_factory=list)   # class names
+    ids: list = field(default_factory=list)  # selected test ids, in order
+    results: dict = field(default_factory=dict)  # id -> result event
+    excluded: list = field(default_factory=list)  # [id, reason]
+    deferred: list = field(default_factory=list)  # ids (network part, switched off)
+    unclassified: list = field(default_factory=list)  # class names
     fixture_errors: list = field(default_factory=list)
     module_error: str | None = None
     module_skip: str | None = None
@@ -80,11 +88,11 @@ class Verdict:
     """A JobResult judged against expected_failures.txt."""
 
     counts: dict
-    failures: list        # result events of unexpected failures
-    xpasses: list         # ids listed as expected failures that passed
-    not_exercised: list   # loop-mode ids that never created a target loop
-    stdlib_loops: list    # ids that created a stdlib loop outside the target factory
-    problems: list        # job-level problems (module error, unclassified, fixture errors)
+    failures: list  # result events of unexpected failures
+    xpasses: list  # ids listed as expected failures that passed
+    not_exercised: list  # loop-mode ids that never created a target loop
+    stdlib_loops: list  # ids that created a stdlib loop outside the target factory
+    problems: list  # job-level problems (module error, unclassified, fixture errors)
 
     @property
     def ok(self) -> bool:
@@ -108,7 +116,7 @@ def available_jobs(selection, modules=None, modes=None) -> list[Job]:
         if modules and module not in modules:
             continue
         if importlib.util.find_spec(_data.ID_PREFIX + module) is None:
-            continue                    # not in this Python version (test_eager_task_factory)
+            continue  # not in this Python version (test_eager_task_factory)
         for mode in _data.modes_of(selection, module):
             if not modes or mode in modes:
                 jobs.append(Job(mode, module))
@@ -163,9 +171,18 @@ def _kill_group(proc) -> None:
         pass
 
 
-def run_job(job: Job, target: str, *, network: bool, k=(), test_timeout: float = 60.0,
-            job_timeout: float = 900.0, max_restarts: int = 10, log_dir: str | None = None,
-            plan_only: bool = False) -> JobResult:
+def run_job(
+    job: Job,
+    target: str,
+    *,
+    network: bool,
+    k=(),
+    test_timeout: float = 60.0,
+    job_timeout: float = 900.0,
+    max_restarts: int = 10,
+    log_dir: str | None = None,
+    plan_only: bool = False,
+) -> JobResult:
     """Run one (mode, module) job in worker subprocesses; resume after hangs and crashes."""
     res = JobResult(job)
     log_dir = log_dir or tempfile.mkdtemp(prefix="conformance-logs-")
@@ -182,9 +199,22 @@ def run_job(job: Job, target: str, *, network: bool, k=(), test_timeout: float =
             progress_before = len(res.results)
             with open(skip_path, "w", encoding="utf-8") as f:
                 json.dump(sorted(res.results), f)
-            cmd = [sys.executable, "-X", "faulthandler", WORKER, "--module", job.module,
-                   "--mode", job.mode, "--target", target, "--skip-file", skip_path,
-                   "--test-timeout", str(test_timeout)]
+            cmd = [
+                sys.executable,
+                "-X",
+                "faulthandler",
+                WORKER,
+                "--module",
+                job.module,
+                "--mode",
+                job.mode,
+                "--target",
+                target,
+                "--skip-file",
+                skip_path,
+                "--test-timeout",
+                str(test_timeout),
+            ]
             if network:
                 cmd.append("--network")
             if plan_only:
@@ -195,9 +225,16 @@ def run_job(job: Job, target: str, *, network: bool, k=(), test_timeout: float =
             cmd += ["--events-fd", str(w)]
             log.write(f"##### attempt {attempt}: {' '.join(cmd[3:])}\n".encode())
             log.flush()
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    pass_fds=(w,), env=_worker_env(), cwd=REPO_ROOT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(w,),
+                env=_worker_env(),
+                cwd=REPO_ROOT,
+                start_new_session=True,
+            )
             os.close(w)
             current, current_t0, finished, why = None, 0.0, False, None
             # Outside a test (imports, class/module fixtures) the worker gets the same
@@ -220,7 +257,7 @@ def run_job(job: Job, target: str, *, network: bool, k=(), test_timeout: float =
                         continue
                     chunk = os.read(r, 1 << 16)
                     if not chunk:
-                        break                               # worker exited
+                        break  # worker exited
                     last_event = time.monotonic()
                     buf += chunk
                     *lines, buf = buf.split(b"\n")
@@ -258,31 +295,43 @@ def run_job(job: Job, target: str, *, network: bool, k=(), test_timeout: float =
                 except subprocess.TimeoutExpired:
                     _kill_group(proc)
                     proc.wait()
-                _kill_group(proc)       # leftovers of the worker's session
+                _kill_group(proc)  # leftovers of the worker's session
             if finished or res.module_error or res.module_skip:
                 break
             log.flush()
             if current is not None:
                 outcome = {"hung": "hung", "budget": "notrun"}.get(why, "crash")
-                detail = (f"killed after {test_timeout:.0f}s without finishing"
-                          if outcome == "hung" else
-                          f"worker exited with status {proc.returncode} during the test"
-                          if outcome == "crash" else "job time budget exhausted")
+                detail = (
+                    f"killed after {test_timeout:.0f}s without finishing"
+                    if outcome == "hung"
+                    else f"worker exited with status {proc.returncode} during the test"
+                    if outcome == "crash"
+                    else "job time budget exhausted"
+                )
                 res.results[current] = {
-                    "id": current, "outcome": outcome, "message": detail,
+                    "id": current,
+                    "outcome": outcome,
+                    "message": detail,
                     "traceback": _log_tail(res.log_path, current),
-                    "target_loops": None, "stdlib_loops": None,
-                    "seconds": round(time.monotonic() - current_t0, 3)}
+                    "target_loops": None,
+                    "stdlib_loops": None,
+                    "seconds": round(time.monotonic() - current_t0, 3),
+                }
             elif why == "stalled":
-                res.fixture_errors.append({
-                    "id": "(outside any test)",
-                    "traceback": f"worker made no progress for {test_timeout:.0f}s outside a "
-                                 f"test and was killed\n" + _log_tail(res.log_path, None)})
+                res.fixture_errors.append(
+                    {
+                        "id": "(outside any test)",
+                        "traceback": f"worker made no progress for {test_timeout:.0f}s outside a "
+                        f"test and was killed\n" + _log_tail(res.log_path, None),
+                    }
+                )
             if why == "budget" or time.monotonic() >= deadline:
                 break
             if attempt == 1 and not res.ids and not res.results:
-                res.module_error = (f"worker exited with status {proc.returncode} before "
-                                    f"reporting its plan; see {res.log_path}")
+                res.module_error = (
+                    f"worker exited with status {proc.returncode} before "
+                    f"reporting its plan; see {res.log_path}"
+                )
                 break
             res.restarts += 1
             if res.restarts > max_restarts or len(res.results) == progress_before:
@@ -291,18 +340,34 @@ def run_job(job: Job, target: str, *, network: bool, k=(), test_timeout: float =
     if not plan_only:
         for tid in res.ids:
             if tid not in res.results:
-                res.results[tid] = {"id": tid, "outcome": "notrun",
-                                    "message": "not run (job budget, restart limit or a "
-                                               "fixture error)", "traceback": "",
-                                    "target_loops": None, "stdlib_loops": None}
+                res.results[tid] = {
+                    "id": tid,
+                    "outcome": "notrun",
+                    "message": "not run (job budget, restart limit or a fixture error)",
+                    "traceback": "",
+                    "target_loops": None,
+                    "stdlib_loops": None,
+                }
     res.seconds = time.monotonic() - t_start
     return res
 
 
 def judge(res: JobResult, xfails: _data.PatternList | None) -> Verdict:
     """Classify outcomes against the expected-failure list (strictly)."""
-    counts = dict.fromkeys(("selected", "passed", "failed", "xfail", "xpass", "skipped",
-                            "excluded", "deferred", "not_exercised"), 0)
+    counts = dict.fromkeys(
+        (
+            "selected",
+            "passed",
+            "failed",
+            "xfail",
+            "xpass",
+            "skipped",
+            "excluded",
+            "deferred",
+            "not_exercised",
+        ),
+        0,
+    )
     counts["selected"] = len(res.ids)
     counts["excluded"] = len(res.excluded)
     counts["deferred"] = len(res.deferred)
@@ -336,8 +401,10 @@ def judge(res: JobResult, xfails: _data.PatternList | None) -> Verdict:
     if res.module_error:
         problems.append("module error:\n" + res.module_error)
     if res.unclassified:
-        problems.append("classes not classified in selection.toml/exclusions.txt: "
-                        + ", ".join(res.unclassified))
+        problems.append(
+            "classes not classified in selection.toml/exclusions.txt: "
+            + ", ".join(res.unclassified)
+        )
     for fe in res.fixture_errors:
         problems.append(f"fixture error in {fe['id']}:\n{fe['traceback']}")
     return Verdict(counts, failures, xpasses, not_exercised, stdlib_loops, problems)
@@ -349,7 +416,7 @@ def key_lines(ev: dict, n: int = 12) -> str:
     lines = [ln for ln in (ev.get("traceback") or "").rstrip().splitlines() if ln.strip()]
     if ev.get("outcome") == "hung":
         start = next((i for i, ln in enumerate(lines) if "most recent call first" in ln), 0)
-        return "\n".join(lines[start:start + n])
+        return "\n".join(lines[start : start + n])
     return "\n".join(lines[-n:])
 
 
@@ -396,8 +463,10 @@ def run_jobs(jobs, target, *, parallel=2, progress=None, **kw) -> dict:
 
 def _print_list(results: dict) -> None:
     for name, r in results.items():
-        print(f"## {name}: {len(r.ids)} selected, {len(r.excluded)} excluded, "
-              f"{len(r.deferred)} deferred (network)")
+        print(
+            f"## {name}: {len(r.ids)} selected, {len(r.excluded)} excluded, "
+            f"{len(r.deferred)} deferred (network)"
+        )
         for tid in r.ids:
             print(f"  + {tid}")
         for tid, why in r.excluded:
@@ -410,8 +479,17 @@ def _print_list(results: dict) -> None:
             print(r.module_error)
 
 
-COLUMNS = ("selected", "passed", "failed", "xfail", "xpass", "skipped", "excluded",
-           "deferred", "not_exercised")
+COLUMNS = (
+    "selected",
+    "passed",
+    "failed",
+    "xfail",
+    "xpass",
+    "skipped",
+    "excluded",
+    "deferred",
+    "not_exercised",
+)
 HEADS = ("sel", "pass", "fail", "xfail", "xpass", "skip", "excl", "defer", "noloop")
 
 
@@ -435,8 +513,12 @@ def print_table(results: dict, verdicts: dict, out=sys.stdout) -> dict:
             notes.append(f"{r.restarts} restart(s)")
         if v.stdlib_loops:
             notes.append(f"{len(v.stdlib_loops)} made a stdlib loop")
-        print(f"{name:<28}" + "".join(f"{v.counts[c]:>7}" for c in COLUMNS)
-              + f"{r.seconds:>6.0f}s  {'; '.join(notes)}", file=out)
+        print(
+            f"{name:<28}"
+            + "".join(f"{v.counts[c]:>7}" for c in COLUMNS)
+            + f"{r.seconds:>6.0f}s  {'; '.join(notes)}",
+            file=out,
+        )
         for c in COLUMNS:
             totals[c] += v.counts[c]
     print("-" * len(head), file=out)
@@ -445,19 +527,35 @@ def print_table(results: dict, verdicts: dict, out=sys.stdout) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.conformance",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--loop", "--target", dest="target", choices=TARGETS, default="snakeloop",
-                   help="snakeloop, or a control: stdlib (asyncio's loop with its C Task and "
-                        "Future) or stdlib-py (asyncio's loop with the pure-Python Task and "
-                        "Future)")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.conformance", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--loop",
+        "--target",
+        dest="target",
+        choices=TARGETS,
+        default="snakeloop",
+        help="snakeloop, or a control: stdlib (asyncio's loop with its C Task and "
+        "Future) or stdlib-py (asyncio's loop with the pure-Python Task and "
+        "Future)",
+    )
     p.add_argument("--modules", nargs="+", help="CPython test modules (default: all selected)")
-    p.add_argument("--mode", choices=("loop", "task"), action="append",
-                   help="only this mode (repeatable; default: both)")
+    p.add_argument(
+        "--mode",
+        choices=("loop", "task"),
+        action="append",
+        help="only this mode (repeatable; default: both)",
+    )
     p.add_argument("-k", action="append", help="only test ids containing this substring")
     net = p.add_mutually_exclusive_group()
-    net.add_argument("--network", dest="network", action="store_true", default=None,
-                     help="also run the network part (network.txt, network modules)")
+    net.add_argument(
+        "--network",
+        dest="network",
+        action="store_true",
+        default=None,
+        help="also run the network part (network.txt, network modules)",
+    )
     net.add_argument("--no-network", dest="network", action="store_false")
     p.add_argument("-j", "--jobs", type=int, default=2, help="jobs in parallel (default 2)")
     p.add_argument("--test-timeout", type=float, default=60.0)
@@ -465,8 +563,11 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write per-test results to this file")
     p.add_argument("--log-dir", help="keep worker logs here (default: a temporary directory)")
     p.add_argument("--list", action="store_true", help="print the selection and exit")
-    p.add_argument("--no-xfail", action="store_true",
-                   help="ignore expected_failures.txt (see everything that fails)")
+    p.add_argument(
+        "--no-xfail",
+        action="store_true",
+        help="ignore expected_failures.txt (see everything that fails)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="do not list failing tests")
     args = p.parse_args(argv)
 
@@ -480,8 +581,13 @@ def main(argv=None) -> int:
         p.error("no jobs selected")
     network = network_enabled(selection, args.network)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="conformance-logs-")
-    kw = dict(network=network, k=args.k or (), test_timeout=args.test_timeout,
-              job_timeout=args.job_timeout, log_dir=log_dir)
+    kw = dict(
+        network=network,
+        k=args.k or (),
+        test_timeout=args.test_timeout,
+        job_timeout=args.job_timeout,
+        log_dir=log_dir,
+    )
 
     if args.list:
         _print_list(run_jobs(jobs, args.target, parallel=args.jobs, plan_only=True, **kw))
@@ -489,13 +595,19 @@ def main(argv=None) -> int:
             shutil.rmtree(log_dir, ignore_errors=True)
         return 0
 
-    print(f"# CPython {sys.version.split()[0]} test.test_asyncio against --loop "
-          f"{args.target}; network part {'on' if network else 'off'}; logs in {log_dir}"
-          + ("" if args.log_dir else " (removed if all pass)"), flush=True)
+    print(
+        f"# CPython {sys.version.split()[0]} test.test_asyncio against --loop "
+        f"{args.target}; network part {'on' if network else 'off'}; logs in {log_dir}"
+        + ("" if args.log_dir else " (removed if all pass)"),
+        flush=True,
+    )
 
     def progress(r):
-        print(f"  .. {r.job.name}: {len(r.results)} run in {r.seconds:.0f}s",
-              file=sys.stderr, flush=True)
+        print(
+            f"  .. {r.job.name}: {len(r.results)} run in {r.seconds:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     results = run_jobs(jobs, args.target, parallel=args.jobs, progress=progress, **kw)
     xfails = None if args.no_xfail else load_xfails(args.target)
@@ -509,29 +621,44 @@ def main(argv=None) -> int:
             print(format_failures(results[name], verdicts[name], tb_lines=4))
         noloop = [tid for v in verdicts.values() for tid in v.not_exercised]
         if noloop:
-            print(f"\n# {len(noloop)} loop-mode test(s) never created a target loop "
-                  "(not exercised):")
+            print(
+                f"\n# {len(noloop)} loop-mode test(s) never created a target loop (not exercised):"
+            )
             for tid in noloop:
                 print(f"  {tid}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"python": sys.version, "target": args.target, "network": network,
-                       "totals": totals,
-                       "jobs": {name: {"counts": verdicts[name].counts,
-                                       "ok": verdicts[name].ok,
-                                       "problems": verdicts[name].problems,
-                                       "excluded": r.excluded, "deferred": r.deferred,
-                                       "seconds": round(r.seconds, 1),
-                                       "results": [r.results[t] for t in r.ids
-                                                   if t in r.results]}
-                                for name, r in results.items()}}, f, indent=1)
+            json.dump(
+                {
+                    "python": sys.version,
+                    "target": args.target,
+                    "network": network,
+                    "totals": totals,
+                    "jobs": {
+                        name: {
+                            "counts": verdicts[name].counts,
+                            "ok": verdicts[name].ok,
+                            "problems": verdicts[name].problems,
+                            "excluded": r.excluded,
+                            "deferred": r.deferred,
+                            "seconds": round(r.seconds, 1),
+                            "results": [r.results[t] for t in r.ids if t in r.results],
+                        }
+                        for name, r in results.items()
+                    },
+                },
+                f,
+                indent=1,
+            )
     if not bad and not args.log_dir:
         shutil.rmtree(log_dir, ignore_errors=True)
-    print(f"\nTOTAL: {totals['passed']} passed, {totals['failed']} failed, "
-          f"{totals['xfail']} expected failures, {totals['xpass']} unexpected passes, "
-          f"{totals['skipped']} skipped, {totals['excluded']} excluded, "
-          f"{totals['deferred']} deferred (network) -- "
-          + ("OK" if not bad else f"FAILED jobs: {', '.join(bad)}"))
+    print(
+        f"\nTOTAL: {totals['passed']} passed, {totals['failed']} failed, "
+        f"{totals['xfail']} expected failures, {totals['xpass']} unexpected passes, "
+        f"{totals['skipped']} skipped, {totals['excluded']} excluded, "
+        f"{totals['deferred']} deferred (network) -- "
+        + ("OK" if not bad else f"FAILED jobs: {', '.join(bad)}")
+    )
     return 0 if not bad else 1
 
 

@@ -43,7 +43,8 @@ class _Scheduler:
         xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
         parallel = int(os.environ.get("SNAKELOOP_CONFORMANCE_JOBS", "1" if xdist else "2"))
         self.log_dir = os.environ.get("SNAKELOOP_CONFORMANCE_LOG_DIR") or tempfile.mkdtemp(
-            prefix="snakeloop-conformance-")
+            prefix="snakeloop-conformance-"
+        )
         self.keep_logs = bool(os.environ.get("SNAKELOOP_CONFORMANCE_LOG_DIR"))
         self.kw = dict(
             network=run.network_enabled(SELECTION),
@@ -78,9 +79,11 @@ class _Scheduler:
 
 @pytest.fixture(scope="session")
 def conformance_scheduler(request):
-    wanted = [item.callspec.params["job"] for item in request.session.items
-              if getattr(item, "originalname", "") == "test_conformance"
-              and hasattr(item, "callspec")]
+    wanted = [
+        item.callspec.params["job"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_conformance" and hasattr(item, "callspec")
+    ]
     scheduler = _Scheduler(wanted)
     yield scheduler
     scheduler.close()
@@ -100,7 +103,10 @@ def test_conformance(job: run.Job, conformance_scheduler: _Scheduler) -> None:
             f"failures, {c['excluded']} excluded, {c['deferred']} deferred (network).\n"
             "Fix snakeloop, or list a test in tests/conformance/expected_failures.txt with the "
             "reason (remove entries that pass).\n\n" + run.format_failures(res, verdict),
-            pytrace=False)
+            pytrace=False,
+        )
     if not res.ids:
-        pytest.skip(f"nothing selected to run ({len(res.deferred)} deferred to the network "
-                    f"part, {len(res.excluded)} excluded)")
+        pytest.skip(
+            f"nothing selected to run ({len(res.deferred)} deferred to the network "
+            f"part, {len(res.excluded)} excluded)"
+        )

@@ -168,9 +168,7 @@ async def attempts(loop, api, sock_dir):
     family = "unix" if api.startswith("create_unix_connection") else "tcp"
     protocols = []
     server = await serve_forever_listener(loop, family, f"{sock_dir}/main", protocols)
-    server_addr = (
-        f"{sock_dir}/main" if family == "unix" else server.sockets[0].getsockname()[:2]
-    )
+    server_addr = f"{sock_dir}/main" if family == "unix" else server.sockets[0].getsockname()[:2]
     servers = [server]
     if api == "create_connection_happy_eyeballs":
         # A listener on ::1 as well, so both attempts can connect.

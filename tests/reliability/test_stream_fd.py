@@ -183,8 +183,12 @@ async def close_result(result):
         await result.wait_closed()
 
 
-ADOPTING = ["create_connection", "create_unix_connection", "connect_accepted_socket",
-            "create_server"]
+ADOPTING = [
+    "create_connection",
+    "create_unix_connection",
+    "connect_accepted_socket",
+    "create_server",
+]
 
 
 STDLIB_SERVER_LEAK = (
@@ -241,8 +245,7 @@ def _stdlib_closes_sock_without_transport():
 @stdlib_xfail(
     not _stdlib_closes_sock_without_transport(),
     strict=True,
-    reason="python/cpython#153133: the socket leaks when the protocol "
-    "factory raises",
+    reason="python/cpython#153133: the socket leaks when the protocol factory raises",
 )
 def test_failing_protocol_factory_leaks_no_socket(any_loop):
     class Boom(Exception):

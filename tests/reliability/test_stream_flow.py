@@ -308,8 +308,10 @@ def test_r_fc_3_pause_and_resume_reading(any_loop, family, buffered):
     ours, peer = stream_pair(family)
     peer.setblocking(False)
     data = os.urandom(1 << 20)
-    factory = (lambda: StrictBufferedProtocol(any_loop, lambda hint: 3000)) if buffered else (
-        lambda: StrictProtocol(any_loop)
+    factory = (
+        (lambda: StrictBufferedProtocol(any_loop, lambda hint: 3000))
+        if buffered
+        else (lambda: StrictProtocol(any_loop))
     )
 
     async def main():
@@ -373,9 +375,7 @@ def test_r_fc_3_pause_reading_in_connection_made(any_loop):
             transport.pause_reading()
 
     async def main():
-        tr, proto = await any_loop.create_unix_connection(
-            lambda: PausesAtOnce(any_loop), sock=ours
-        )
+        tr, proto = await any_loop.create_unix_connection(lambda: PausesAtOnce(any_loop), sock=ours)
         await iterations(20)
         assert proto.received == b""
         assert not tr.is_reading()
@@ -650,9 +650,7 @@ def test_r_fc_6_resume_writing_may_close_the_transport(any_loop, how, loop_error
         ours, peer = socket.socketpair()
         peer.setblocking(False)
         try:
-            tr, proto = await any_loop.create_unix_connection(
-                lambda: Producer(any_loop), sock=ours
-            )
+            tr, proto = await any_loop.create_unix_connection(lambda: Producer(any_loop), sock=ours)
             tr.write(b"x" * (1 << 20))
             received = 0
             for _ in range(100_000):

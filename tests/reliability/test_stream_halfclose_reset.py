@@ -410,4 +410,3 @@ def test_r_rst_abort_with_unread_data_resets_the_peer(any_loop):
         run(any_loop, main())
     finally:
         peer.close()
-

@@ -232,8 +232,9 @@ async def stream_client(loop, servers, data, rng, ssl_ctx=None):
     return got
 
 
-async def echo_round(loop, family, mode, conns, size, rng, sock_dir, client_ssl=None,
-                     server_ssl=None, batch=None):
+async def echo_round(
+    loop, family, mode, conns, size, rng, sock_dir, client_ssl=None, server_ssl=None, batch=None
+):
     """``conns`` concurrent echo connections of ``size`` bytes each."""
     servers = await Servers(loop, family, mode, rng, sock_dir, server_ssl).start()
     client = stream_client if mode == "streams" else protocol_client
@@ -320,9 +321,7 @@ async def tiny_buffer_round(loop, conns, size, rng):
     finally:
         await servers.close()
     assert [r[0] for r in results] == [digest(d) for d in datas]
-    assert sorted(p.digest.result() for p in servers.protocols) == sorted(
-        digest(d) for d in datas
-    )
+    assert sorted(p.digest.result() for p in servers.protocols) == sorted(digest(d) for d in datas)
     # The small buffers must really have pushed back on the writers.
     assert any(events for _, events in results), "no pause_writing with 4 KiB buffers"
     for proto in servers.protocols:
@@ -396,9 +395,7 @@ async def close_after_write(loop, family, how, count, size, rng, sock_dir):
             if family == "unix":
                 tr, proto = await loop.create_unix_connection(lambda: StrictProtocol(loop), path)
             else:
-                tr, proto = await loop.create_connection(
-                    lambda: StrictProtocol(loop), host, port
-                )
+                tr, proto = await loop.create_connection(lambda: StrictProtocol(loop), host, port)
             tr.write(data)
             buffered.append(tr.get_write_buffer_size())
             if how == "close":

@@ -109,6 +109,7 @@ def test_r_mc_1_accept_storm_full(any_loop, backlog):
 
 async def close_during_accepts(loop, rounds):
     """Close the server while a burst of connections is being accepted."""
+
     async def handler(reader, writer):
         writer.close()
 

@@ -36,7 +36,6 @@ else:
         return format_helpers._format_callback_source(callback, args)
 
 
-
 class Handle(events.Handle):
     """A callback scheduled on the loop, returned by ``call_soon``.
 

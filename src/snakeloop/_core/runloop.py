@@ -149,8 +149,7 @@ class CoreLoop:
             return
         if _get_ident() != self._thread_id:
             raise RuntimeError(
-                "Non-thread-safe operation invoked on an event loop other "
-                "than the current one"
+                "Non-thread-safe operation invoked on an event loop other than the current one"
             )
 
     def _check_callback(self, callback, method):
