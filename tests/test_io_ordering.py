@@ -284,3 +284,38 @@ def test_reader_of_a_socket_written_by_a_callback_runs_after_what_it_scheduled(f
 
     run(fake_loop, trace, writer)
     assert trace == ["writer", "soon-from-writer", "reader"]
+
+
+def test_keyboard_interrupt_in_a_reader_keeps_the_rest_of_the_batch(fake_loop, pairs):
+    made = pairs(2)
+    trace = Trace(fake_loop, "after")
+    interrupted = False
+
+    def make_reader(sock, name):
+        def reader():
+            nonlocal interrupted
+            sock.recv(1)
+            fake_loop.remove_reader(sock)
+            trace.append(name)
+            if not interrupted:
+                interrupted = True
+                raise KeyboardInterrupt
+
+        fake_loop.add_reader(sock, reader)
+
+    for i, (a, _) in enumerate(made):
+        make_reader(a, f"r{i}")
+
+    def kick():
+        for _, b in made:
+            b.send(b"x")
+
+    with pytest.raises(KeyboardInterrupt):
+        run(fake_loop, trace, kick)
+    assert len(trace) == 1
+    # The other reader was already in the interrupted iteration's batch: it
+    # runs first when the loop runs again, before anything scheduled since.
+    fake_loop.call_soon(trace.append, "after")
+    fake_loop.run_until_complete(asyncio.wait_for(trace.done, 10))
+    assert sorted(trace[:2]) == ["r0", "r1"]
+    assert trace[2:] == ["after"]

@@ -139,8 +139,8 @@ class Future:
         self._cancelled_exc = None
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
-        # loop._debug on snakeloop's own loops (see Task._setup): a method
-        # call per future is a tenth of what creating it costs.
+        # loop._debug on snakeloop's own loops (see Task._setup): futures are
+        # made on every stream read, and get_debug() is a Python call there.
         if loop._debug if getattr(loop, "_accepts_plain_callbacks", False) else loop.get_debug():
             self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
         else:

@@ -438,6 +438,10 @@ class CoreLoop:
                         else:
                             handle._context.run(handle._callback)
                     except (SystemExit, KeyboardInterrupt):
+                        # The callbacks not run yet go back to the front of
+                        # the deque, where asyncio would still hold them
+                        # when the loop runs again.
+                        ready.extendleft(reversed(batch[batch.index(handle) + 1 :]))
                         raise
                     except BaseException as exc:
                         handle._report(exc)
