@@ -43,6 +43,7 @@ import tempfile
 import time
 
 from .serverproc import (
+    FRESH_ALLOCATOR_ENV,
     PLACEMENTS,
     REPO,
     available_loops,
@@ -70,6 +71,10 @@ WORKLOADS = {
     "tcp-100k-50": ("proto", "tcp", 100 * 1024, 50),
     "streams-1k-1": ("streams", "tcp", 1024, 1),
     "streams-1k-50": ("streams", "tcp", 1024, 50),
+    "streams-10k-1": ("streams", "tcp", 10 * 1024, 1),
+    "streams-10k-50": ("streams", "tcp", 10 * 1024, 50),
+    "streams-100k-1": ("streams", "tcp", 100 * 1024, 1),
+    "streams-100k-50": ("streams", "tcp", 100 * 1024, 50),
     "unix-1k-1": ("proto", "unix", 1024, 1),
     "unix-1k-50": ("proto", "unix", 1024, 50),
     "http-1": ("http", "tcp", 0, 1),
@@ -340,6 +345,11 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="runs per server (median)")
     parser.add_argument("--only", default="", help="comma-separated workload names")
     parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="same")
+    parser.add_argument(
+        "--fresh-allocator",
+        action="store_true",
+        help="servers skip settling glibc's allocator (see benchmarks/README.md)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -352,6 +362,8 @@ def main(argv=None):
         return 0
     if os.cpu_count() < 2 and args.placement == "split":
         parser.error("--placement split needs two CPUs")
+    if args.fresh_allocator:
+        os.environ[FRESH_ALLOCATOR_ENV] = "1"  # inherited by the servers
     seconds, rounds = (0.5, 1) if args.quick else (args.seconds, args.rounds)
     names = [n for n in args.only.split(",") if n] or DEFAULT_WORKLOADS
     for name in names:
@@ -361,6 +373,7 @@ def main(argv=None):
     print(
         f"# Python {platform.python_version()}, snakeloop interpreted build; "
         f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "
+        f"allocator {'fresh' if args.fresh_allocator else 'settled'}; "
         "server CPU per request in µs (lower is better), median over the rounds"
     )
     header = f"{'workload':<15}" + "".join(f"{name:>10}" for name in loops)

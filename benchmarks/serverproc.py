@@ -47,6 +47,10 @@ def available_loops():
     return loops + ["raw"]
 
 
+# Set (by --fresh-allocator) in the servers' environment to skip settling.
+FRESH_ALLOCATOR_ENV = "SNAKELOOP_BENCH_FRESH_ALLOCATOR"
+
+
 def settle_allocator():
     """Free one large block, as a process that has been up a while has.
 
@@ -58,6 +62,8 @@ def settle_allocator():
     frees a large block.  Whether that happened depended on each server's
     history and moved the stdlib loop's figures by 2-3x between runs.
     """
+    if os.environ.get(FRESH_ALLOCATOR_ENV):
+        return  # --fresh-allocator: measure a process that never did this
     block = bytearray(1024 * 1024)
     del block
 

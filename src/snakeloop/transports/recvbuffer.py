@@ -1,8 +1,8 @@
 """One 256 KiB receive buffer per loop, shared by every reader that copies out.
 
-Datagram sockets, stream transports in bulk mode, large ``sock_recv*``
-calls and TLS transports (for ciphertext) read into it and copy what they
-got into a ``bytes`` (or a TLS BIO) before they return.  Readiness
+Unix datagram sockets, large ``sock_recv*`` calls and TLS transports (for
+ciphertext) read into it and copy what they got into a ``bytes`` (or a TLS
+BIO) before they return.  Readiness
 callbacks run one at a time on a loop, so two reads never overlap, and one
 buffer serves them all: asyncio gives each TLS connection its own 256 KiB,
 most of what an idle connection costs.

@@ -8,21 +8,20 @@ OS facts this module relies on:
 * A write is tried at once when the buffer is empty, so a small reply costs
   one syscall and no poll.  ``sendmsg`` sends many buffered chunks in one
   syscall, up to ``SC_IOV_MAX`` of them.
-* Reads ask ``recv`` for at most 64 KiB.  ``recv(n)`` allocates an
-  ``n``-byte ``bytes`` object, reads straight into it and shrinks it to
-  the received size, so the data is copied once, by the kernel.  The size
-  matters to glibc: at 256 KiB (asyncio's size) the allocation is above
-  its mmap threshold, and every read pays mmap, mremap and munmap; at 128
-  KiB it comes from the top of the heap, and freeing the unused part
-  makes glibc trim the heap, so about every other read paid two brk
-  calls.  At 64 KiB neither happens.
-* A read that fills all 64 KiB means a bulk transfer: until a read
-  returns under 16 KiB, reads go into the loop's reusable 256 KiB buffer
-  with ``recv_into`` and are copied out.  (Stopping at the first read
-  under 64 KiB would flip back and forth on a 100 KiB message, read as
-  64 + 36 KiB every time.)  The copy costs about 0.25 us per read
-  (a memoryview slice and a ``bytes``), little beside a 100 KiB payload,
-  and the larger reads save a loop iteration and a ``send`` per 64 KiB.
+* Reads ask ``recv`` for 64 KiB.  ``recv(n)`` allocates an ``n``-byte
+  ``bytes`` object, reads straight into it and shrinks it to the received
+  size, so the data is copied once, by the kernel, and a small read leaves
+  nothing for glibc to trim.
+* A read that fills all 64 KiB means a bulk transfer: until a read returns
+  under 16 KiB, reads ask for 256 KiB, so a 100 KiB message is one read and
+  one send.  (Stopping at the first read under 64 KiB would flip back and
+  forth on a 100 KiB message, read as 64 + 36 KiB every time.)  Before the
+  first bulk read, ``allocator.keep_large_reads_on_heap`` makes sure glibc
+  serves 256 KiB from the heap, not with mmap, mremap and munmap per read
+  (see that module).  Reading into the loop's shared buffer and copying out
+  avoided that too, but with 50 connections streaming 100 KiB messages the
+  exact-size copies made glibc trim and regrow the heap (4,039 ``brk`` calls
+  against 127 in a 2 s run), and the server spent 1.7x the CPU per message.
 * ``shutdown(SHUT_WR)`` sends FIN after everything queued in the kernel;
   the socket stays readable (half-close).
 * ``TCP_NODELAY`` is set on TCP sockets: request/response protocols would
@@ -39,7 +38,7 @@ import socket
 import sys
 from asyncio import constants, protocols, transports
 
-from .recvbuffer import recv_buffer
+from .allocator import keep_large_reads_on_heap
 from .socketbase import SocketTransportBase
 
 __all__ = ["SocketTransport", "set_nodelay"]
@@ -55,6 +54,7 @@ except (AttributeError, ValueError, OSError):
     _IOV_MAX = 16
 
 READ_SIZE = 64 * 1024
+BULK_READ_SIZE = 256 * 1024
 BULK_READ_MIN = 16 * 1024
 
 
@@ -129,6 +129,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             else:
                 data = self._sock.recv(READ_SIZE)
                 if len(data) == READ_SIZE:
+                    keep_large_reads_on_heap()
                     self._bulk_reads = True
         except (BlockingIOError, InterruptedError):
             return
@@ -148,10 +149,9 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _recv_bulk(self):
-        view = recv_buffer(self._loop)
-        nbytes = self._sock.recv_into(view)
-        self._bulk_reads = nbytes >= BULK_READ_MIN
-        return bytes(view[:nbytes])
+        data = self._sock.recv(BULK_READ_SIZE)
+        self._bulk_reads = len(data) >= BULK_READ_MIN
+        return data
 
     def _read_into_protocol_buffer(self):
         if self._conn_lost:
