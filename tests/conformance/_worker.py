@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import gc
 import importlib
 import inspect
 import json
@@ -434,6 +435,14 @@ class EventResult(unittest.TestResult):
             self._record(test, "fail" if failed else "error", err)
 
     def stopTest(self, test):
+        # Collect the test's garbage now, so that a finalizer's warning (an
+        # unclosed transport's ResourceWarning) lands in this test's log and
+        # not inside a later test's warnings.catch_warnings().  Without it,
+        # test_subprocess's test_kill_issue43884 (its killed shell's
+        # grandchild still holds stdout when the test closes the loop) made
+        # test_popen_error_with_stdin_pipe fail whenever the collector
+        # happened to run there.
+        gc.collect()
         super().stopTest(test)
         faulthandler.cancel_dump_traceback_later()
         cur, self.current = self.current, None
