@@ -155,7 +155,16 @@ def _cancel_rounds(loop, rounds: int, seed: int):
             proc = await asyncio.create_subprocess_exec(
                 *CAT, stdin=subprocess.PIPE, stdout=subprocess.PIPE
             )
-            return await proc.communicate(b"data")
+            try:
+                return await proc.communicate(b"data")
+            finally:
+                # A cancelled communicate() leaves the child running, on
+                # either loop: from here on the caller owns it.  A cancel
+                # inside create_subprocess_exec() (python/cpython#125502)
+                # never gets here, and the loop must clean up alone.
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
 
         task = asyncio.ensure_future(victim())
         for _ in range(steps):
