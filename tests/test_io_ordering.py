@@ -63,8 +63,12 @@ def run(loop, trace, kick):
     loop.run_until_complete(asyncio.wait_for(trace.done, 10))
 
 
-def one_shot_reader(loop, sock, trace, name, *then):
-    """A reader that consumes its byte, stops watching and records ``name``."""
+def one_shot_reader(loop, sock, trace, name, *then, after=None):
+    """A reader that consumes its byte, stops watching and records ``name``.
+
+    It then schedules recording each of ``then``, and last calls ``after``
+    (with ``name``), which may raise.
+    """
 
     def reader():
         sock.recv(1)
@@ -72,8 +76,16 @@ def one_shot_reader(loop, sock, trace, name, *then):
         trace.append(name)
         for item in then:
             loop.call_soon(trace.append, item)
+        if after is not None:
+            after(name)
 
     loop.add_reader(sock, reader)
+
+
+def send_to_all(made):
+    """Make the first socket of every pair readable."""
+    for _, b in made:
+        b.send(b"x")
 
 
 def test_lone_reader_then_what_it_schedules(fake_loop, pairs):
@@ -173,11 +185,7 @@ def test_several_readers_run_in_one_iteration_before_what_they_schedule(fake_loo
     for i, (a, _) in enumerate(made):
         one_shot_reader(fake_loop, a, trace, f"r{i}", f"soon-r{i}")
 
-    def kick():
-        for _, b in made:
-            b.send(b"x")
-
-    run(fake_loop, trace, kick)
+    run(fake_loop, trace, lambda: send_to_all(made))
     readers = [t for t in trace if not t.startswith("soon")]
     assert sorted(readers) == ["r0", "r1", "r2"]
     # One poll reported all three, so all ran before anything they
@@ -198,8 +206,7 @@ def test_several_readers_run_before_a_due_timer(fake_loop, pairs):
         fake_loop.call_soon(trace.append, "soon-from-timer")
 
     def kick():
-        for _, b in made:
-            b.send(b"x")
+        send_to_all(made)
         fake_loop.call_at(fake_loop.time(), timer)
 
     run(fake_loop, trace, kick)
@@ -214,23 +221,12 @@ def test_reader_cancelling_a_timer_due_in_its_iteration(fake_loop, pairs):
     trace = Trace(fake_loop, "soon")
     timer = None
 
-    def make_reader(sock, name):
-        def reader():
-            sock.recv(1)
-            fake_loop.remove_reader(sock)
-            trace.append(name)
-            timer.cancel()
-            fake_loop.call_soon(trace.append, "soon")
-
-        fake_loop.add_reader(sock, reader)
-
     for i, (a, _) in enumerate(made):
-        make_reader(a, f"r{i}")
+        one_shot_reader(fake_loop, a, trace, f"r{i}", "soon", after=lambda name: timer.cancel())
 
     def kick():
         nonlocal timer
-        for _, b in made:
-            b.send(b"x")
+        send_to_all(made)
         timer = fake_loop.call_at(fake_loop.time(), trace.append, "timer")
 
     run(fake_loop, trace, kick)
@@ -245,24 +241,13 @@ def test_reader_raising_does_not_stop_the_batch(fake_loop, pairs):
     errors = []
     fake_loop.set_exception_handler(lambda loop, context: errors.append(context["exception"]))
 
-    def make_reader(sock, name):
-        def reader():
-            sock.recv(1)
-            fake_loop.remove_reader(sock)
-            trace.append(name)
-            fake_loop.call_soon(trace.append, "soon")
-            raise ZeroDivisionError(name)
-
-        fake_loop.add_reader(sock, reader)
+    def fail(name):
+        raise ZeroDivisionError(name)
 
     for i, (a, _) in enumerate(made):
-        make_reader(a, f"r{i}")
+        one_shot_reader(fake_loop, a, trace, f"r{i}", "soon", after=fail)
 
-    def kick():
-        for _, b in made:
-            b.send(b"x")
-
-    run(fake_loop, trace, kick)
+    run(fake_loop, trace, lambda: send_to_all(made))
     assert sorted(trace[:2]) == ["r0", "r1"]
     assert trace[2:] == ["soon", "soon"]
     assert sorted(str(e) for e in errors) == ["r0", "r1"]
@@ -291,27 +276,17 @@ def test_keyboard_interrupt_in_a_reader_keeps_the_rest_of_the_batch(fake_loop, p
     trace = Trace(fake_loop, "after")
     interrupted = False
 
-    def make_reader(sock, name):
-        def reader():
-            nonlocal interrupted
-            sock.recv(1)
-            fake_loop.remove_reader(sock)
-            trace.append(name)
-            if not interrupted:
-                interrupted = True
-                raise KeyboardInterrupt
-
-        fake_loop.add_reader(sock, reader)
+    def interrupt_once(name):
+        nonlocal interrupted
+        if not interrupted:
+            interrupted = True
+            raise KeyboardInterrupt
 
     for i, (a, _) in enumerate(made):
-        make_reader(a, f"r{i}")
-
-    def kick():
-        for _, b in made:
-            b.send(b"x")
+        one_shot_reader(fake_loop, a, trace, f"r{i}", after=interrupt_once)
 
     with pytest.raises(KeyboardInterrupt):
-        run(fake_loop, trace, kick)
+        run(fake_loop, trace, lambda: send_to_all(made))
     assert len(trace) == 1
     # The other reader was already in the interrupted iteration's batch: it
     # runs first when the loop runs again, before anything scheduled since.
