@@ -352,22 +352,24 @@ def run_job(
     return res
 
 
+# Verdict counts, in the order the report's columns show them.
+COLUMNS = (
+    "selected",
+    "passed",
+    "failed",
+    "xfail",
+    "xpass",
+    "skipped",
+    "excluded",
+    "deferred",
+    "not_exercised",
+)
+HEADS = ("sel", "pass", "fail", "xfail", "xpass", "skip", "excl", "defer", "noloop")
+
+
 def judge(res: JobResult, xfails: _data.PatternList | None) -> Verdict:
     """Classify outcomes against the expected-failure list (strictly)."""
-    counts = dict.fromkeys(
-        (
-            "selected",
-            "passed",
-            "failed",
-            "xfail",
-            "xpass",
-            "skipped",
-            "excluded",
-            "deferred",
-            "not_exercised",
-        ),
-        0,
-    )
+    counts = dict.fromkeys(COLUMNS, 0)
     counts["selected"] = len(res.ids)
     counts["excluded"] = len(res.excluded)
     counts["deferred"] = len(res.deferred)
@@ -477,20 +479,6 @@ def _print_list(results: dict) -> None:
             print(f"  ! unclassified class {c}")
         if r.module_error:
             print(r.module_error)
-
-
-COLUMNS = (
-    "selected",
-    "passed",
-    "failed",
-    "xfail",
-    "xpass",
-    "skipped",
-    "excluded",
-    "deferred",
-    "not_exercised",
-)
-HEADS = ("sel", "pass", "fail", "xfail", "xpass", "skip", "excl", "defer", "noloop")
 
 
 def print_table(results: dict, verdicts: dict, out=sys.stdout) -> dict:
