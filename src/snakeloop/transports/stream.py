@@ -39,6 +39,7 @@ import sys
 from asyncio import constants, protocols, transports
 
 from .allocator import keep_large_reads_on_heap
+from .recvbuffer import RECV_BUFFER_SIZE
 from .socketbase import SocketTransportBase
 
 __all__ = ["SocketTransport", "set_nodelay"]
@@ -54,7 +55,7 @@ except (AttributeError, ValueError, OSError):
     _IOV_MAX = 16
 
 READ_SIZE = 64 * 1024
-BULK_READ_SIZE = 256 * 1024
+BULK_READ_SIZE = RECV_BUFFER_SIZE  # asyncio's largest read, 256 KiB
 BULK_READ_MIN = 16 * 1024
 
 
