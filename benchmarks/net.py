@@ -350,6 +350,9 @@ def main(argv=None):
         action="store_true",
         help="servers skip settling glibc's allocator (see benchmarks/README.md)",
     )
+    parser.add_argument(
+        "--stdlib-futures", action="store_true", help="also run snakeloop with stdlib_futures=True"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -369,7 +372,7 @@ def main(argv=None):
     for name in names:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
-    loops = available_loops()
+    loops = available_loops(args.stdlib_futures)
     print(
         f"# Python {platform.python_version()}, snakeloop interpreted build; "
         f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "

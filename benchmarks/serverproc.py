@@ -22,7 +22,8 @@ PLACEMENTS = {"same": (0, 0), "split": (1, 0)}
 
 
 def new_loop(name):
-    """A fresh loop of the named kind: stdlib, uvloop or snakeloop (from src/)."""
+    """A fresh loop of the named kind: stdlib, uvloop, snakeloop (from src/), or snake+C
+    (snakeloop with ``stdlib_futures=True``)."""
     if name == "stdlib":
         return asyncio.SelectorEventLoop()
     if name == "uvloop":
@@ -32,12 +33,12 @@ def new_loop(name):
     sys.path.insert(0, str(REPO / "src"))
     import snakeloop
 
-    return snakeloop.new_event_loop()
+    return snakeloop.new_event_loop(stdlib_futures=name == "snake+C")
 
 
-def available_loops():
-    """stdlib and snakeloop, uvloop when it imports, and "raw" (no loop)."""
-    loops = ["stdlib", "snakeloop"]
+def available_loops(stdlib_futures=False):
+    """stdlib and snakeloop (and snake+C if asked), uvloop when it imports, and "raw"."""
+    loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
     try:
         import uvloop  # noqa: F401
     except ImportError:
