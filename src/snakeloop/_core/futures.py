@@ -27,6 +27,7 @@ import inspect
 import itertools
 import sys
 from asyncio import base_futures, base_tasks, events, exceptions, format_helpers
+from asyncio import futures as _aio_futures
 from asyncio import tasks as _aio_tasks
 from asyncio.coroutines import iscoroutine
 from types import CoroutineType as _CoroutineType
@@ -170,6 +171,22 @@ class Future:
         self._loop.call_exception_handler(context)
 
     __class_getitem__ = classmethod(GenericAlias)
+
+    # isinstance(fut, asyncio.Future) must hold: anyio, for one, decides
+    # whether to cancel a task by it, and loses data when it does not.  A
+    # Python class cannot take asyncio's C Future as a base without carrying
+    # (and confusing) its C state, and a compiled class cannot at all, so the
+    # instances show isinstance() a class that does: when the type check
+    # fails, isinstance() consults __class__.  type() and the C code of
+    # _asyncio use the real type, and every method stays snakeloop's.
+    @property
+    def __class__(self):
+        cls = type(self)
+        return _ISINSTANCE_VIEWS.get(cls, cls)
+
+    @__class__.setter
+    def __class__(self, cls):
+        _set_class(self, cls)
 
     @property
     def _log_traceback(self):
@@ -606,7 +623,7 @@ class Task(Future):
                     loop._ready.append((self._step, None, self._context))
                 else:
                     loop.call_soon(self._step, context=self._context)
-            elif result.__class__ in _OWN_CLASSES and result._asyncio_future_blocking:
+            elif type(result) in _OWN_CLASSES and result._asyncio_future_blocking:
                 if result._loop is not loop:
                     self._reschedule_with_error(
                         RuntimeError(
@@ -675,7 +692,7 @@ class Task(Future):
 
     def _wakeup(self, future):
         if (
-            future.__class__ in _OWN_CLASSES
+            type(future) in _OWN_CLASSES
             and future._state == _FINISHED
             and future._exception is None
         ):
@@ -697,6 +714,42 @@ class Task(Future):
 Task._wakeup.__qualname__ = "Task.task_wakeup"
 
 _OWN_CLASSES = frozenset((Future, Task))
+
+_set_class = object.__dict__["__class__"].__set__
+
+
+def _new_real(view, *args, **kwargs):
+    # fut.__class__(...) builds a real snakeloop object.  type.__call__ does
+    # not run __init__ again on it, since it is not an instance of the view.
+    return view._real_class(*args, **kwargs)
+
+
+def _isinstance_view(cls, asyncio_class):
+    """A never-instantiated subclass of ``asyncio_class`` that stands for ``cls``.
+
+    ``fut.__class__`` returns it, so ``isinstance(fut, asyncio_class)`` is
+    true; it has ``cls``'s name, so reprs and messages read as before.
+    """
+    return type(
+        cls.__name__,
+        (asyncio_class,),
+        {
+            "__slots__": (),
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+            "__new__": _new_real,
+            "_real_class": cls,
+        },
+    )
+
+
+# Only snakeloop's own two classes have views: a user's subclass is its own
+# __class__, so that its class attributes stay reachable through it.
+_ISINSTANCE_VIEWS = {
+    Future: _isinstance_view(Future, _aio_futures.Future),
+    Task: _isinstance_view(Task, _aio_tasks.Task),
+}
 
 
 def _set_result_unless_cancelled(fut, result):
