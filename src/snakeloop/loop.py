@@ -103,7 +103,7 @@ class Loop(
     ``clock`` supplies ``loop.time()`` (default: ``time.monotonic``).
     ``stdlib_futures=True`` makes ``create_future``/``create_task`` build
     asyncio's own (C) Future and Task instead of snakeloop's, for code that
-    checks ``isinstance(x, asyncio.Task)``.
+    needs ``type(x) is asyncio.Task`` (snakeloop's pass ``isinstance`` checks).
     """
 
     def __init__(
