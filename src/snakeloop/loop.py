@@ -240,6 +240,7 @@ class Loop(
             for handle in table.values():
                 handle.cancel()
             table.clear()
+        self._fileobjs.clear()
         self._io.close()
         self._waker.close()
 
@@ -286,6 +287,9 @@ class Loop(
     # -- readiness callbacks -------------------------------------------------
 
     def _ensure_fd_no_transport(self, fd):
+        # What the object says now, as in asyncio: a closed socket asks
+        # about fd -1 (no transport), not about the fd its registration is
+        # found under.
         fileno = fd
         if not isinstance(fileno, int):
             try:
@@ -296,27 +300,41 @@ class Loop(
         if transport is not None and not transport.is_closing():
             raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
 
+    def _fd_for(self, fileobj) -> int:
+        """The fd of ``fileobj``; for an object that no longer has one (closed),
+        the fd registered through that very object, as selectors finds it."""
+        if fileobj.__class__ is int and fileobj >= 0:
+            # What transports and the sock_* methods pass: one check.
+            return fileobj
+        try:
+            return _fd_of(fileobj)
+        except ValueError:
+            for fd, registered in self._fileobjs.items():
+                if registered is fileobj:
+                    return fd
+            raise
+
     def _add_reader(self, fd, callback, *args):
         self._check_closed()
         handle = Handle(callback, args, self, None)
-        self._set_io_handle(_fd_of(fd), handle, self._readers, READABLE)
+        self._set_io_handle(self._fd_for(fd), handle, self._readers, READABLE, fd)
         return handle
 
     def _add_writer(self, fd, callback, *args):
         self._check_closed()
         handle = Handle(callback, args, self, None)
-        self._set_io_handle(_fd_of(fd), handle, self._writers, WRITABLE)
+        self._set_io_handle(self._fd_for(fd), handle, self._writers, WRITABLE, fd)
         return handle
 
     def _remove_reader(self, fd):
         if self._closed:
             return False
-        return self._clear_io_handle(_fd_of(fd), self._readers, READABLE)
+        return self._clear_io_handle(self._fd_for(fd), self._readers, READABLE)
 
     def _remove_writer(self, fd):
         if self._closed:
             return False
-        return self._clear_io_handle(_fd_of(fd), self._writers, WRITABLE)
+        return self._clear_io_handle(self._fd_for(fd), self._writers, WRITABLE)
 
     def add_reader(self, fd, callback, *args) -> None:
         """Call ``callback(*args)`` whenever ``fd`` is readable."""

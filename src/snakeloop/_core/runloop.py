@@ -102,6 +102,7 @@ class CoreLoop:
         "_signal_fd",
         "_readers",
         "_writers",
+        "_fileobjs",
         "_current_handle",
         "slow_callback_duration",
     )
@@ -127,6 +128,15 @@ class CoreLoop:
         self._signal_fd = -1
         self._readers = {}
         self._writers = {}
+        # fd -> the object (or int) its registration was made through: the
+        # first add_reader/add_writer while the fd had neither, kept until
+        # the fd has neither again, as asyncio's selector keeps it in its
+        # key.  A socket closed before its removal answers fileno() with
+        # -1; asyncio then finds its registration by identity, so
+        # remove_reader(sock) still works, and a loop that refused it would
+        # keep a stale entry that swallows the next socket given that fd
+        # number.  Dispatch never reads this table.
+        self._fileobjs = {}
         self._current_handle = None
         self.slow_callback_duration = 0.1
         io_backend.register(self._waker_fd, _READABLE)
@@ -242,17 +252,25 @@ class CoreLoop:
 
     # -- readiness callbacks -------------------------------------------------
 
-    def _set_io_handle(self, fd, handle, table, bit):
-        """Install ``handle`` for ``fd`` in ``table`` and tell the backend."""
+    def _set_io_handle(self, fd, handle, table, bit, fileobj):
+        """Install ``handle`` for ``fd`` (given as ``fileobj``) in ``table``."""
         old_mask = (_READABLE if fd in self._readers else 0) | (
             _WRITABLE if fd in self._writers else 0
         )
-        # The backend first: if it refuses the fd (a regular file, a closed
-        # fd), the tables stay as they were.
+        # The backend first: if it refuses a new fd (a regular file, a
+        # closed fd), the tables stay as they were.
         if old_mask == 0:
             self._io.register(fd, bit)
+            self._fileobjs[fd] = fileobj
         elif not old_mask & bit:
-            self._io.modify(fd, old_mask | bit)
+            try:
+                self._io.modify(fd, old_mask | bit)
+            except BaseException:
+                # The fd was closed (or reused) under its registration: it
+                # is forgotten whole, handles uncancelled, as asyncio's
+                # selector drops a key whose modify failed.
+                self._forget_fd(fd)
+                raise
         previous = table.get(fd)
         table[fd] = handle
         if previous is not None:
@@ -265,11 +283,23 @@ class CoreLoop:
             return False
         other = self._writers if bit == _READABLE else self._readers
         if fd in other:
-            self._io.modify(fd, _WRITABLE if bit == _READABLE else _READABLE)
+            try:
+                self._io.modify(fd, _WRITABLE if bit == _READABLE else _READABLE)
+            except BaseException:
+                self._forget_fd(fd)
+                raise
         else:
             self._io.unregister(fd)
+            self._fileobjs.pop(fd, None)
         handle.cancel()
         return True
+
+    def _forget_fd(self, fd):
+        """Drop every trace of ``fd`` after the backend refused a change."""
+        self._readers.pop(fd, None)
+        self._writers.pop(fd, None)
+        self._fileobjs.pop(fd, None)
+        self._io.unregister(fd)
 
     # -- one iteration ---------------------------------------------------------
 
