@@ -228,6 +228,14 @@ def loop(request: pytest.FixtureRequest):
     _finish_loop(request, lp, recorder)
 
 
+@pytest.fixture
+def stdlib_loop(request: pytest.FixtureRequest):
+    """A stdlib loop checked like :func:`loop`, for tests that need both at once."""
+    lp, recorder = _make_loop_fixture(request, "stdlib")
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
 @pytest.fixture(params=LOOP_KINDS)
 def loop_kind(request: pytest.FixtureRequest) -> str:
     return request.param

@@ -42,7 +42,6 @@ from asyncio import transports as aio_transports
 from asyncio.exceptions import SendfileNotAvailableError
 
 from .sockets import NOT_NONBLOCKING, check_ssl_socket
-from .transports.flowcontrol import FlowControlMixin
 
 __all__ = ["SendfileMixin", "check_sendfile_params"]
 
@@ -281,7 +280,7 @@ class _FallbackProtocol(protocols.Protocol):
     """
 
     def __init__(self, loop, transp):
-        if not isinstance(transp, (FlowControlMixin, aio_transports._FlowControlMixin)):
+        if not isinstance(transp, aio_transports._FlowControlMixin):
             raise TypeError("transport should be _FlowControlMixin instance")
         self._loop = loop
         self._transport = transp

@@ -42,6 +42,7 @@ __all__ = ["DatagramSocketTransport"]
 
 logger = logging.getLogger("asyncio")
 
+_PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
 # 3.13 counts 8 bytes of header per queued datagram in the write buffer
 # size, and sends empty datagrams instead of dropping them.
@@ -52,9 +53,16 @@ _RETRY = (BlockingIOError, InterruptedError)
 UDP_READ_SIZE = 64 * 1024
 
 
-class DatagramSocketTransport(
-    SocketTransportBase, transports.Transport, transports.DatagramTransport
-):
+# asyncio's selector datagram transport is an asyncio.DatagramTransport only
+# from 3.12 on (python/cpython#90352, not backported); on 3.11 it is a plain
+# Transport.  The bases follow the running Python so isinstance answers alike.
+if _PY312:
+    _BASES: tuple[type, ...] = (SocketTransportBase, transports.DatagramTransport)
+else:
+    _BASES = (SocketTransportBase,)
+
+
+class DatagramSocketTransport(*_BASES):
     """A UDP or Unix datagram socket, driven by readiness callbacks.
 
     ``address`` is the fixed destination of a "connected" endpoint

@@ -6,17 +6,33 @@ called; when it drains to the low-water mark or below, ``resume_writing()``.
 The two strictly alternate.  Defaults are asyncio's: 64 KiB high, a quarter
 of that low.  An exception from either protocol method goes to the loop's
 exception handler with asyncio's message; the transport carries on.
+
+The mixin derives from asyncio's private ``transports._FlowControlMixin``,
+as every asyncio transport with write flow control does (the selector socket
+transports, the TLS transport, the write pipe transport).  So each user is,
+like its asyncio counterpart, an instance of it and thereby of
+``asyncio.Transport`` (read and write): a write pipe transport inherits
+``pause_reading()`` and friends from ``asyncio.ReadTransport``, raising
+``NotImplementedError`` as asyncio's does, and ``loop.sendfile``'s fallback
+accepts every user.
 """
 
 from __future__ import annotations
+
+from asyncio import transports
 
 __all__ = ["FlowControlMixin"]
 
 DEFAULT_HIGH_WATER = 64 * 1024
 
 
-class FlowControlMixin:
-    """Needs ``_loop``, ``_protocol`` and ``get_write_buffer_size()``."""
+class FlowControlMixin(transports._FlowControlMixin):
+    """Needs ``_loop``, ``_protocol`` and ``get_write_buffer_size()``.
+
+    asyncio's ``__init__`` is never called: the defaults below take its
+    place.  They shadow the base's ``__slots__`` of the same names, so these
+    attributes live in the instance dict, as in a class without that base.
+    """
 
     _protocol_paused = False
     _high_water = DEFAULT_HIGH_WATER

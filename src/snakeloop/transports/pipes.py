@@ -202,7 +202,9 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
     """Buffers writes to a pipe, FIFO, socket or character device."""
 
     def __init__(self, loop, pipe, protocol, waiter=None, extra=None) -> None:
-        super().__init__(extra)
+        # Not super(): that would run asyncio's _FlowControlMixin.__init__,
+        # whose work FlowControlMixin's defaults and the lines below do.
+        asyncio.BaseTransport.__init__(self, extra)
         self._extra["pipe"] = pipe
         self._loop = loop
         self._pipe = pipe
