@@ -215,4 +215,9 @@ class DatagramMixin:
                     sock.close()
                 raise
             return sock, (remote_address if remote_addr else None)
-        raise errors[0]
+        try:
+            raise errors[0]
+        finally:
+            # The error's traceback keeps this frame: without this, the
+            # frame's list would keep the error.
+            errors = None

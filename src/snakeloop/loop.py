@@ -72,6 +72,15 @@ def _fd_of(fileobj) -> int:
     return fd
 
 
+def _named(task, name):
+    """Name a task made by a task factory, as asyncio's create_task does."""
+    if _SET_NAME_ALWAYS:
+        task.set_name(name)
+    else:
+        aio_tasks._set_task_name(task, name)
+    return task
+
+
 def _run_until_complete_cb(fut):
     if not fut.cancelled():
         exc = fut.exception()
@@ -205,17 +214,22 @@ class Loop(
             future._log_destroy_pending = False
         future.add_done_callback(_run_until_complete_cb)
         try:
-            self.run_forever()
-        except BaseException:
-            if new_task and future.done() and not future.cancelled():
-                # Mark the exception retrieved: it is being raised right now.
-                future.exception()
-            raise
+            try:
+                self.run_forever()
+            except BaseException:
+                if new_task and future.done() and not future.cancelled():
+                    # Mark the exception retrieved: it is being raised right now.
+                    future.exception()
+                raise
+            finally:
+                future.remove_done_callback(_run_until_complete_cb)
+            if not future.done():
+                raise RuntimeError("Event loop stopped before Future completed.")
+            return future.result()
         finally:
-            future.remove_done_callback(_run_until_complete_cb)
-        if not future.done():
-            raise RuntimeError("Event loop stopped before Future completed.")
-        return future.result()
+            # The traceback of an exception raised from here keeps this
+            # frame; the task holding that exception must not stay in it.
+            future = None
 
     def close(self) -> None:
         """Close the loop: drop pending callbacks, release the fds."""
@@ -265,15 +279,11 @@ class Loop(
             if task._source_traceback:
                 del task._source_traceback[-1]
             return task
+        # No ``task`` local: an eager factory runs the first step under this
+        # frame, which an error's traceback then keeps (see Task._eager_start).
         if context is None:
-            task = factory(self, coro)
-        else:
-            task = factory(self, coro, context=context)
-        if _SET_NAME_ALWAYS:
-            task.set_name(name)
-        else:
-            aio_tasks._set_task_name(task, name)
-        return task
+            return _named(factory(self, coro), name)
+        return _named(factory(self, coro, context=context), name)
 
     def set_task_factory(self, factory: Callable[..., Any] | None) -> None:
         """Use ``factory(loop, coro[, context=...])`` for ``create_task``."""

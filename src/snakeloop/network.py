@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections.abc
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -438,11 +439,10 @@ class NetworkMixin:
 
     def _connect_attempt(self, errors, addrinfo, laddr_infos):
         """A zero-argument coroutine function for one staggered attempt."""
-
-        async def attempt():
-            return await self._connect_sock(errors, addrinfo, laddr_infos)
-
-        return attempt
+        # Not a closure: its frame would be in the traceback of the error it
+        # appends to ``errors``, and its cell would hold ``errors`` after the
+        # return (the error -> traceback -> frame -> errors -> error cycle).
+        return functools.partial(self._connect_sock, errors, addrinfo, laddr_infos)
 
     if _PY312:
 
@@ -1069,13 +1069,7 @@ class NetworkMixin:
         except BaseException as exc:
             conn.close()
             if self._debug:
-                context = {
-                    "message": "Error on transport creation for incoming connection",
-                    "exception": exc,
-                }
-                if protocol is not None:
-                    context["protocol"] = protocol
-                self.call_exception_handler(context)
+                self._report_accept_error(exc, protocol, None)
 
     async def _accept_tls_connection(
         self,
@@ -1115,12 +1109,18 @@ class NetworkMixin:
             raise
         except BaseException as exc:
             if self._debug:
-                context = {
-                    "message": "Error on transport creation for incoming connection",
-                    "exception": exc,
-                }
-                if protocol is not None:
-                    context["protocol"] = protocol
-                if transport is not None:
-                    context["transport"] = transport
-                self.call_exception_handler(context)
+                self._report_accept_error(exc, protocol, transport)
+
+    def _report_accept_error(self, exc, protocol, transport):
+        # The context is built here, not in the caller: the error's traceback
+        # keeps the caller's frame, and a context dict left in it would hold
+        # the error (a cycle).
+        context = {
+            "message": "Error on transport creation for incoming connection",
+            "exception": exc,
+        }
+        if protocol is not None:
+            context["protocol"] = protocol
+        if transport is not None:
+            context["transport"] = transport
+        self.call_exception_handler(context)

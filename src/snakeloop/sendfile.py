@@ -135,13 +135,18 @@ class SendfileMixin:
                         # The peer went away mid-transfer: report it the
                         # same way on every POSIX system.
                         error = ConnectionError("socket is not connected", errno.ENOTCONN)
-                    if total == 0:
-                        # Most likely a file sendfile() cannot read from:
-                        # nothing went out, so the fallback can take over.
-                        raise SendfileNotAvailableError("os.sendfile call failed") from error
-                    if error is exc:
-                        raise
-                    raise error from exc
+                    try:
+                        if total == 0:
+                            # Most likely a file sendfile() cannot read from:
+                            # nothing went out, so the fallback can take over.
+                            raise SendfileNotAvailableError("os.sendfile call failed") from error
+                        if error is exc:
+                            raise
+                        raise error from exc
+                    finally:
+                        # The raised error's traceback keeps this frame, and
+                        # ``error`` leads back to it (or is it).
+                        error = None
                 if sent == 0:
                     break  # end of file
                 total += sent

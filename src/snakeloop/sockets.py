@@ -143,7 +143,10 @@ class SocketMixin:
     # Each operation has its own retry callback that looks the socket method
     # up again on every attempt: code (CPython's tests among it) may replace
     # a socket's method while a call waits, and a bound method captured at
-    # registration would keep retrying the old one.
+    # registration would keep retrying the old one.  A callback whose call
+    # failed drops its ``fut`` after setting the error on it: the error's
+    # traceback keeps the callback's frame, and a future left in it would
+    # make future -> error -> traceback -> frame -> future, a cycle.
 
     async def sock_recv(self, sock, n):
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
@@ -167,6 +170,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._read_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
         else:
             self._read_finished(fd, fut, data, None)
 
@@ -192,6 +196,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._read_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
         else:
             self._read_finished(fd, fut, nbytes, None)
 
@@ -217,6 +222,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._read_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
         else:
             self._read_finished(fd, fut, result, None)
 
@@ -244,6 +250,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._read_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
         else:
             self._read_finished(fd, fut, result, None)
 
@@ -281,6 +288,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._write_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
             return
         if sent == len(view):
             self._write_finished(fd, fut, None, None)
@@ -309,6 +317,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._write_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
         else:
             self._write_finished(fd, fut, sent, None)
 
@@ -344,6 +353,7 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._write_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
             return
         if err:
             # OSError(errno, ...) picks the subclass (ConnectionRefusedError...).
@@ -375,5 +385,6 @@ class SocketMixin:
             raise
         except BaseException as exc:
             self._read_finished(fd, fut, None, exc)
+            fut = None  # the error's traceback keeps this frame
         else:
             self._read_finished(fd, fut, (conn, address), None)

@@ -286,7 +286,10 @@ class Future:
                     exc = self = None
             return self._result
         if state == _CANCELLED:
-            raise self._make_cancelled_error()
+            try:
+                raise self._make_cancelled_error()
+            finally:
+                self = None  # the error's traceback holds this frame
         raise _InvalidStateError("Result is not ready.")
 
     def exception(self):
@@ -412,6 +415,7 @@ class Task(Future):
             # Eager start came with 3.12; 3.11's Task has no such argument.
             raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
         self._setup(coro, loop, name, context, eager_start, 2)
+        self = None  # an eager first step ran under this frame: see _eager_start
 
     def _setup(self, coro, loop, name, context, eager_start, depth):
         """The body of __init__; ``loop.create_task`` calls it directly.
@@ -459,6 +463,7 @@ class Task(Future):
         self._context = context
         if eager_start and loop.is_running():
             self._eager_start()
+            self = None  # see _eager_start
             return
         if plain and not loop._debug and not loop._closed:
             loop._ready.append((self._step, None, context))
@@ -559,6 +564,11 @@ class Task(Future):
                     self._coro = None
                 else:
                     _register_task(self)
+        # If the first step raised, the error's traceback keeps the step's
+        # frame and, through f_back, this one and its callers' (down to
+        # create_task's), each with its locals at return: none may hold the
+        # task, which holds the error.
+        self = prev_task = None
 
     def _step(self, exc=None):
         # One step of the coroutine, and what its yield asks for.  This runs
@@ -698,15 +708,19 @@ class Task(Future):
         ):
             # Our own future with a plain result: result() could not raise.
             self._step()
-            return
-        try:
-            future.result()
-        except BaseException as exc:
-            future = None
-            self._step(exc)
         else:
-            self._step()
-        self = None  # break the frame/task cycle on errors
+            try:
+                future.result()
+            except BaseException as exc:
+                future = None
+                self._step(exc)
+            else:
+                self._step()
+        # If the step raised inside the coroutine, the exception's traceback
+        # holds _step's frame, and through its f_back this one, with the
+        # locals it returns with: the task would hold its own exception's
+        # traceback, and be freed only by the cyclic collector.
+        self = future = None
 
 
 # asyncio's C Task names its wakeup callback task_wakeup, and that is the

@@ -447,6 +447,9 @@ class CoreLoop:
                     else:
                         entry._scheduled = False
                         append(entry)
+                # Like ``handle`` at the end of the iteration: a traceback can
+                # keep this frame after the return, with the last timer fired.
+                entry = None
 
             # 5. Run what was ready when this step began.  A countdown, not
             # range(): most iterations run one or two callbacks, and building
@@ -576,3 +579,6 @@ class CoreLoop:
                     logger.warning("Executing %s took %.3f seconds", format_handle(handle), dt)
             finally:
                 self._current_handle = None
+        # As in _run_iterations: the traceback of an error raised by the last
+        # callback may hold this frame after the return.
+        handle = None

@@ -79,7 +79,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         transports.Transport.__init__(self, extra)
         self._attach_socket(loop, sock)
         self._protocol_connected = False
-        self._read_callback = None
+        self._buffered_protocol = None  # set_protocol says which reader fits
         self._bulk_reads = False  # see _recv_bulk and the module docstring
         self.set_protocol(protocol)
         self._server = server
@@ -95,22 +95,27 @@ class SocketTransport(SocketTransportBase, transports.Transport):
     # -- protocol --------------------------------------------------------------
 
     def set_protocol(self, protocol):
-        if isinstance(protocol, protocols.BufferedProtocol):
-            callback = self._read_into_protocol_buffer
-        else:
-            callback = self._read_data
-        previous = self._read_callback
-        self._read_callback = callback
+        buffered = isinstance(protocol, protocols.BufferedProtocol)
+        previous = self._buffered_protocol
+        self._buffered_protocol = buffered
         self._protocol = protocol
         self._protocol_connected = True
         if (
             previous is not None
-            and previous != callback
+            and previous != buffered
             and self._loop is not None
             and self._sock_fd in self._loop._readers
         ):
             # Switch the registered reader to the new kind of protocol.
-            self._loop._add_reader(self._sock_fd, callback)
+            self._loop._add_reader(self._sock_fd, self._read_callback())
+
+    def _read_callback(self):
+        # Made when needed, not kept in an attribute: a bound method stored
+        # on the transport would make it a reference cycle of its own, and
+        # every closed transport would wait for the cyclic collector.
+        if self._buffered_protocol:
+            return self._read_into_protocol_buffer
+        return self._read_data
 
     # -- reading ---------------------------------------------------------------
 
@@ -119,7 +124,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             # After a kept-open EOF there is nothing left to read: watching
             # again would report the same EOF a second time.
             return
-        self._loop._add_reader(self._sock_fd, self._read_callback)
+        self._loop._add_reader(self._sock_fd, self._read_callback())
 
     def _read_data(self):
         if self._conn_lost:
