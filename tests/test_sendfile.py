@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 import socket
+import threading
 
 import pytest
 from _loopkit import Raised, differential
@@ -51,6 +53,15 @@ async def read_all(loop, sock):
         if not data:
             return bytes(got)
         got += data
+
+
+async def readable(loop, sock):
+    ready = loop.create_future()
+    loop.add_reader(sock, ready.set_result, None)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock)
 
 
 async def sendfile_and_read(loop, sender, receiver, *args, **kwargs):
@@ -135,8 +146,9 @@ def test_sock_sendfile_peer_closed_midway(any_loop, data_file):
 
         async def main():
             task = asyncio.ensure_future(any_loop.sock_sendfile(a, data_file))
-            await asyncio.sleep(0)
-            b.recv(1000)
+            # snakeloop's first bytes go out from its worker thread, a little
+            # later than asyncio's: wait for them.
+            await any_loop.sock_recv(b, 1000)
             b.close()
             return await task
 
@@ -170,7 +182,7 @@ def test_cancelled_sock_sendfile_updates_the_file_position(loop, data_file):
 
         async def main():
             task = asyncio.ensure_future(loop.sock_sendfile(a, data_file))
-            await asyncio.sleep(0)
+            await readable(loop, b)  # something went out before the cancel
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -183,6 +195,81 @@ def test_cancelled_sock_sendfile_updates_the_file_position(loop, data_file):
         while chunk := b.recv(65536):
             received += len(chunk)
         assert data_file.tell() == received > 0
+
+
+@contextlib.contextmanager
+def held_sendfile(monkeypatch):
+    """os.sendfile that waits for ``go`` once it has started (sets ``started``)."""
+    real = os.sendfile
+    started = threading.Event()
+    go = threading.Event()
+
+    def sendfile(*args):
+        started.set()
+        go.wait(GUARD)
+        return real(*args)
+
+    monkeypatch.setattr(os, "sendfile", sendfile)
+    try:
+        yield started, go
+    finally:
+        go.set()
+
+
+def drain(sock):
+    sock.setblocking(True)
+    received = 0
+    while chunk := sock.recv(65536):
+        received += len(chunk)
+    return received
+
+
+def test_cancel_during_a_worker_sendfile_counts_its_bytes(loop, data_file, monkeypatch):
+    """snakeloop's os.sendfile runs in a worker: a cancel waits for it to return."""
+    with stream_pair() as (a, b), held_sendfile(monkeypatch) as (started, go):
+
+        async def main():
+            task = asyncio.ensure_future(loop.sock_sendfile(a, data_file))
+            await loop.run_in_executor(None, started.wait, GUARD)
+            task.cancel()
+            await asyncio.sleep(0.01)
+            assert not task.done()  # still waiting for the call under way
+            go.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        run(loop, main())
+        a.shutdown(socket.SHUT_WR)
+        assert data_file.tell() == drain(b) > 0
+
+
+def test_cancel_before_a_worker_sendfile_starts_sends_nothing(loop, tmp_path, monkeypatch):
+    (tmp_path / "f").write_bytes(DATA)
+    with (
+        stream_pair() as (a, b),
+        stream_pair() as (c, d),
+        open(tmp_path / "f", "rb") as first,
+        open(tmp_path / "f", "rb") as second,
+        held_sendfile(monkeypatch) as (started, go),
+    ):
+
+        async def main():
+            # The first call holds the worker; the second waits its turn.
+            busy = asyncio.ensure_future(loop.sock_sendfile(a, first))
+            await loop.run_in_executor(None, started.wait, GUARD)
+            queued = asyncio.ensure_future(loop.sock_sendfile(c, second))
+            await asyncio.sleep(0.01)
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            go.set()
+            busy.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await busy
+
+        run(loop, main())
+        c.shutdown(socket.SHUT_WR)
+        assert second.tell() == drain(d) == 0
 
 
 def _argument_cases(tmp_path):

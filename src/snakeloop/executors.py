@@ -3,7 +3,9 @@
 ``run_in_executor(None, ...)`` lazily creates one ThreadPoolExecutor per
 loop.  Shutting it down joins its threads from a helper thread, so the loop
 keeps running while they finish; each Python version's timeout behaviour
-for ``shutdown_default_executor`` is kept as asyncio has it.
+for ``shutdown_default_executor`` is kept as asyncio has it.  asyncio then
+joins the helper itself, blocking the loop thread for as long as the helper
+takes to end; snakeloop polls for its end from the loop instead.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import concurrent.futures
 import sys
 import threading
 import warnings
-from asyncio import futures, timeouts
+from asyncio import futures, tasks, timeouts
 
 from ._core.futures import _set_result_unless_cancelled
 
@@ -20,6 +22,10 @@ __all__ = ["ExecutorMixin"]
 
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
+
+# Polling for the end of the shutdown helper thread (see _join_thread).
+_JOIN_POLL_FIRST = 0.001
+_JOIN_POLL_MAX = 0.05
 
 
 class ExecutorMixin:
@@ -75,14 +81,33 @@ class ExecutorMixin:
             except TimeoutError:
                 self._warn_executor_timeout(timeout)
             else:
-                thread.join()
+                await self._join_thread(thread, None)
             return
         try:
             await future
         finally:
-            thread.join(timeout)
+            await self._join_thread(thread, timeout)
         if thread.is_alive():
             self._warn_executor_timeout(timeout)
+
+    async def _join_thread(self, thread, timeout):
+        # thread.join() as asyncio has it, without blocking the loop thread:
+        # the helper has reported, but may still be finishing, and a blocking
+        # join would hold the loop for that moment (or, on 3.12 after a
+        # cancel, until the executor's threads end).  Each sleep of at least
+        # a millisecond releases the GIL in the poll, which is what the
+        # helper needs to finish.
+        deadline = None if timeout is None else self.time() + timeout
+        delay = _JOIN_POLL_FIRST
+        while thread.is_alive():
+            if deadline is not None:
+                left = deadline - self.time()
+                if left <= 0:
+                    return
+                delay = min(delay, left)
+            await tasks.sleep(delay)
+            delay = min(delay * 2, _JOIN_POLL_MAX)
+        thread.join()  # it has ended: this only tidies up
 
     def _warn_executor_timeout(self, timeout):
         warnings.warn(

@@ -4,8 +4,8 @@ The class is assembled from small parts, each in its own module:
 
 * ``_core.runloop.CoreLoop``: the ready deque, timer heap, ``run_once``,
   ``call_soon``/``call_later``/``call_at``, the fd dispatch table;
-* ``errors``, ``debug``, ``asyncgens``, ``executors``, ``dns``,
-  ``signals``, ``network``: mixins with one job each;
+* ``errors``, ``debug``, ``asyncgens``, ``executors``, ``offload``,
+  ``dns``, ``signals``, ``network``: mixins with one job each;
 * this module: running and closing, futures and tasks, and readiness
   registration (``add_reader`` & co.).
 
@@ -39,6 +39,7 @@ from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import ExecutorMixin
 from .network import NetworkMixin
+from .offload import OffloadMixin
 from .sendfile import SendfileMixin
 from .signals import SignalsMixin
 from .sockets import SocketMixin
@@ -96,6 +97,7 @@ class Loop(
     DebugMixin,
     AsyncGenMixin,
     ExecutorMixin,
+    OffloadMixin,
     DnsMixin,
     SignalsMixin,
     PipesMixin,
@@ -141,6 +143,7 @@ class Loop(
             self._task_class = Task
         self._init_asyncgens()
         self._init_executors()
+        self._init_offload()
         self._init_signals()
         self._init_subprocess()
         self._init_network()
@@ -248,6 +251,7 @@ class Loop(
         if executor is not None:
             self._default_executor = None
             executor.shutdown(wait=False)
+        self._close_offload()
         self._close_signals()
         self._close_subprocess()
         for table in (self._readers, self._writers):

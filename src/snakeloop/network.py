@@ -19,8 +19,9 @@ OS facts this module relies on:
 * ``IPV6_V6ONLY`` is set on IPv6 listeners, so an IPv4 and an IPv6 socket
   can both bind the same port when a host resolves to both families.
 * A Unix socket path left by a dead server makes ``bind`` fail with
-  ``EADDRINUSE``; a path that is a socket is removed before binding.
-  Abstract-namespace paths (leading NUL) have no file to remove.
+  ``EADDRINUSE``; a path that is a socket is removed before binding.  The
+  socket file's own facts, and where its filesystem calls run, are in
+  ``unixpaths``.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ import itertools
 import logging
 import os
 import socket
-import stat
 import sys
 import weakref
 from asyncio import constants, events, exceptions, tasks, trsock
 
+from . import unixpaths
 from .dns import ensure_resolved, interleave_addrinfos
 from .happy_eyeballs import staggered_connect
 from .sockets import check_ssl_socket
@@ -824,22 +825,8 @@ class NetworkMixin:
                 raise ValueError("path and sock can not be specified at the same time")
             path = os.fspath(path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            if path[0] not in (0, "\x00"):
-                # A socket file left by a server that is gone: remove it.
-                try:
-                    if stat.S_ISSOCK(os.stat(path).st_mode):
-                        os.remove(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
             try:
-                sock.bind(path)
-            except OSError as exc:
-                sock.close()
-                if exc.errno == errno.EADDRINUSE:
-                    raise OSError(errno.EADDRINUSE, f"Address {path!r} is already in use") from None
-                raise
+                await self._bind_unix_path(sock, path, cleanup_socket)
             except BaseException:
                 sock.close()
                 raise
@@ -848,13 +835,8 @@ class NetworkMixin:
                 raise ValueError("path was not specified, and no sock specified")
             if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
                 raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
-        if cleanup_socket:
-            bound = sock.getsockname()
-            if bound and bound[0] not in (0, "\x00"):
-                try:
-                    self._unix_server_sockets[sock] = os.stat(bound).st_ino
-                except FileNotFoundError:
-                    pass
+            if cleanup_socket:
+                await self._note_unix_inode(sock)
         sock.setblocking(False)
         server = Server(
             self,
@@ -869,6 +851,45 @@ class NetworkMixin:
             server._start_serving()
             await _first_iteration(server)
         return server
+
+    async def _bind_unix_path(self, sock, path, cleanup_socket):
+        # The filesystem work (stale file, bind, inode) is done in the
+        # worker thread; errors are logged and raised here, in asyncio's order.
+        call = self._call_blocking(unixpaths.bind_path, sock, path, cleanup_socket)
+        cancelled = await call.finish()
+        if cancelled is not None:
+            if call.ran():
+                inode = call.result().inode
+                if inode is not None:
+                    # Leave the path as closing the server would have.
+                    await self._call_blocking(unixpaths.remove_if_same_inode, path, inode).finish()
+            raise cancelled
+        outcome = call.result()
+        if outcome.stale_error is not None:
+            logger.error(
+                "Unable to check or remove stale UNIX socket %r: %r", path, outcome.stale_error
+            )
+        exc = outcome.bind_error
+        if exc is not None:
+            if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+                raise OSError(errno.EADDRINUSE, f"Address {path!r} is already in use") from None
+            raise exc
+        if outcome.inode_error is not None:
+            raise outcome.inode_error
+        if outcome.inode is not None:
+            self._unix_server_sockets[sock] = outcome.inode
+
+    async def _note_unix_inode(self, sock):
+        # A socket bound by the caller: remember its file for close(), if any.
+        bound = sock.getsockname()
+        if unixpaths.has_file(bound):
+            call = self._call_blocking(unixpaths.inode_of, bound)
+            cancelled = await call.finish()
+            if cancelled is not None:
+                raise cancelled
+            inode = call.result()
+            if inode is not None:
+                self._unix_server_sockets[sock] = inode
 
     if _PY313:
 
@@ -959,13 +980,11 @@ class NetworkMixin:
         sock.close()
         if path is not None:
             # Remove the socket file this server created, unless another
-            # server has bound the same path since.
-            try:
-                if os.stat(path).st_ino == prev_ino:
-                    os.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
+            # server has bound the same path since.  In the loop thread:
+            # close() is synchronous and the file must be gone when it
+            # returns, as with asyncio (docs/design.md, "No blocking calls").
+            err = unixpaths.remove_if_same_inode(path, prev_ino)
+            if err is not None:
                 logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     def _accept_connection(

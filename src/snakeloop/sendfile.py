@@ -3,9 +3,13 @@
 Two paths, as in asyncio:
 
 * **native**: ``os.sendfile`` moves the bytes from the page cache to the
-  socket inside the kernel.  For ``loop.sendfile(transport, ...)`` the
-  transport first stops reading and drains its write buffer, and hands its
-  socket over for the duration (it refuses ``write()`` meanwhile).
+  socket inside the kernel.  The calls run in the loop's worker thread
+  (``offload``), since a page-cache miss makes them read the disk: one
+  burst of calls until the socket is full or the file ends, then the loop
+  itself waits for the socket to become writable.  For
+  ``loop.sendfile(transport, ...)`` the transport first stops reading and
+  drains its write buffer, and hands its socket over for the duration (it
+  refuses ``write()`` meanwhile).
 * **fallback**: read the file in blocks (in the default executor, since a
   file read can block) and send them: with ``sock_sendall`` for a socket,
   through ``transport.write`` for a transport, waiting whenever the
@@ -49,6 +53,10 @@ _SendfileMode = constants._SendfileMode
 _RETRY = (BlockingIOError, InterruptedError)
 _MAX_CHUNK = sys.maxsize // 2 + 1
 
+# Bytes one worker burst may send before it hands back to the loop: a burst
+# costs a thread round trip (about 50 us), and a cancel waits for it to end.
+_BURST_BYTES = 4 * 1024 * 1024
+
 # Blocks of the transport fallback.  asyncio uses 16 KiB; a larger block
 # saves executor round trips and still fits the default 64 KiB high-water
 # mark of a transport.
@@ -70,6 +78,47 @@ def check_sendfile_params(sock, file, offset, count):
         raise TypeError(f"offset must be a non-negative integer (got {offset!r})")
     if offset < 0:
         raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+
+
+class _Burst:
+    """What one run of ``_send_burst`` did."""
+
+    __slots__ = ("sent", "attempts", "end_of_file", "error")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.attempts = 0
+        self.end_of_file = False
+        self.error = None
+
+
+def _send_burst(out_fd, in_fd, offset, count, chunk) -> _Burst:
+    """In the worker: ``os.sendfile`` until the socket is full or the file ends.
+
+    Also stops after ``count`` bytes (None: no limit) and after
+    ``_BURST_BYTES``, so a cancel never waits long for the burst to end.
+    Errors are returned, with the bytes sent before them.
+    """
+    burst = _Burst()
+    while burst.sent < _BURST_BYTES:
+        size = chunk
+        if count is not None:
+            size = min(count - burst.sent, _MAX_CHUNK)
+            if size <= 0:
+                break
+        burst.attempts += 1
+        try:
+            sent = os.sendfile(out_fd, in_fd, offset + burst.sent, size)
+        except _RETRY:
+            break  # the socket is full: the loop waits until it is writable
+        except OSError as exc:
+            burst.error = exc
+            break
+        if sent == 0:
+            burst.end_of_file = True
+            break
+        burst.sent += sent
+    return burst
 
 
 class SendfileMixin:
@@ -115,17 +164,23 @@ class SendfileMixin:
         attempts = 0
         try:
             while True:
+                left = None
                 if count:
-                    chunk = min(count - total, _MAX_CHUNK)
-                    if chunk <= 0:
+                    left = count - total
+                    if left <= 0:
                         break
-                attempts += 1
-                try:
-                    sent = os.sendfile(fd, fileno, offset + total, chunk)
-                except _RETRY:
-                    await self._sendfile_writable(fd)
-                    continue
-                except OSError as exc:
+                # In the loop's worker thread: a page-cache miss reads the disk.
+                call = self._call_blocking(_send_burst, fd, fileno, offset + total, left, chunk)
+                cancelled = await call.finish()
+                if not call.ran():
+                    raise cancelled
+                burst = call.result()
+                total += burst.sent
+                attempts += burst.attempts
+                if cancelled is not None:
+                    raise cancelled
+                exc = burst.error
+                if exc is not None:
                     error = exc
                     if (
                         attempts > 1
@@ -141,18 +196,14 @@ class SendfileMixin:
                             # nothing went out, so the fallback can take over.
                             raise SendfileNotAvailableError("os.sendfile call failed") from error
                         if error is exc:
-                            raise
+                            raise exc
                         raise error from exc
                     finally:
                         # The raised error's traceback keeps this frame, and
                         # ``error`` leads back to it (or is it).
                         error = None
-                if sent == 0:
-                    break  # end of file
-                total += sent
-                if count and total >= count:
+                if burst.end_of_file or (count and total >= count):
                     break
-                # Let the rest of the loop run before the next block.
                 await self._sendfile_writable(fd)
         finally:
             if total > 0:

@@ -2,9 +2,11 @@
 
 A child is started with ``subprocess.Popen`` (so every Popen keyword works:
 ``cwd``, ``env``, ``pass_fds``, ``start_new_session``, ``process_group``,
-...), its pipes become pipe transports of this loop, and its exit is watched
-by a ``ChildWatch`` of its own: a pidfd on Linux, else a thread.  There is
-no global child watcher and no SIGCHLD handler.
+...) in a thread of its own, so the loop thread never waits for the fork
+and exec (``_process.spawning``).  Its pipes become pipe transports of this
+loop, and its exit is watched by a ``ChildWatch`` of its own: a pidfd on
+Linux, else a thread.  There is no global child watcher and no SIGCHLD
+handler.
 
 OS facts this module relies on:
 
@@ -44,6 +46,7 @@ from typing import Any
 from ._core.futures import _set_result_unless_cancelled
 from ._process import forking
 from ._process.exitwatch import ChildWatch
+from ._process.spawning import Spawn
 
 __all__ = ["SubprocessMixin", "SubprocessTransport"]
 
@@ -93,58 +96,25 @@ class _ReadPipeLink(_PipeLink, asyncio.Protocol):
 class SubprocessTransport(asyncio.SubprocessTransport):
     """One child process and the transports of its pipes."""
 
-    def __init__(
-        self,
-        loop,
-        protocol,
-        args,
-        shell,
-        stdin,
-        stdout,
-        stderr,
-        bufsize,
-        waiter=None,
-        extra=None,
-        **kwargs,
-    ) -> None:
+    def __init__(self, loop, protocol, proc, program, waiter=None, extra=None) -> None:
         super().__init__(extra)
         self._closed = False
         self._protocol = protocol
         self._loop = loop
-        self._proc = None
-        self._pid = None
+        self._proc = proc
+        self._pid = proc.pid
         self._returncode = None
         self._exit_waiters = []
         self._pipes = {}
         self._finished = False
         self._watch = None
 
-        if stdin == subprocess.PIPE:
-            self._pipes[0] = None
-        if stdout == subprocess.PIPE:
-            self._pipes[1] = None
-        if stderr == subprocess.PIPE:
-            self._pipes[2] = None
+        for fd, pipe in ((0, proc.stdin), (1, proc.stdout), (2, proc.stderr)):
+            if pipe is not None:
+                self._pipes[fd] = None
 
-        try:
-            self._proc = subprocess.Popen(
-                args,
-                shell=shell,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                universal_newlines=False,
-                bufsize=bufsize,
-                **kwargs,
-            )
-        except BaseException:
-            self.close()
-            raise
-
-        self._pid = self._proc.pid
-        self._extra["subprocess"] = self._proc
+        self._extra["subprocess"] = proc
         if loop.get_debug():
-            program = args if isinstance(args, (bytes, str)) else args[0]
             logger.debug("process %r created: pid %s", program, self._pid)
 
         try:
@@ -334,11 +304,17 @@ class SubprocessMixin:
 
     def _init_subprocess(self) -> None:
         self._child_watches = {}
+        self._spawns = set()
         forking.track(self)
 
     def _close_subprocess(self) -> None:
-        # Children still running when the loop closes are reaped by a thread
-        # each, so none is left a zombie; nothing is reported any more.
+        # Children still starting are killed and reaped by their spawning
+        # thread; children still running are reaped by a thread each, so
+        # none is left a zombie; nothing is reported any more.
+        spawns = list(self._spawns)
+        self._spawns.clear()
+        for spawn in spawns:
+            spawn.abandon()
         watches = list(self._child_watches.values())
         self._child_watches.clear()
         for watch in watches:
@@ -360,21 +336,45 @@ class SubprocessMixin:
     async def _make_subprocess_transport(
         self, protocol, args, shell, stdin, stdout, stderr, bufsize, extra=None, **kwargs
     ):
-        waiter = self.create_future()
-        transport = SubprocessTransport(
+        # Popen runs in a thread of its own (_process.spawning): the loop
+        # thread never waits for the fork and exec.
+        spawn = Spawn(
             self,
-            protocol,
-            args,
-            shell,
-            stdin,
-            stdout,
-            stderr,
-            bufsize,
-            waiter=waiter,
-            extra=extra,
-            **kwargs,
+            (args,),
+            dict(
+                shell=shell,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                universal_newlines=False,
+                bufsize=bufsize,
+                **kwargs,
+            ),
         )
+        self._spawns.add(spawn)
         try:
+            cancelled = await spawn.finish()
+        except BaseException:
+            # The coroutine is being closed: nobody will take the child.
+            spawn.abandon()
+            raise
+        finally:
+            self._spawns.discard(spawn)
+        try:
+            proc = spawn.take()
+        except BaseException:
+            if cancelled is not None:
+                raise cancelled from None
+            raise
+        program = args if isinstance(args, (bytes, str)) else args[0]
+        waiter = self.create_future()
+        transport = SubprocessTransport(self, protocol, proc, program, waiter=waiter, extra=extra)
+        try:
+            if cancelled is not None:
+                # Cancelled while the child was being started: the caller
+                # never sees it, so it is killed and reaped here, as after a
+                # cancel below (python/cpython#125502).
+                raise cancelled
             await waiter
         except (SystemExit, KeyboardInterrupt):
             raise

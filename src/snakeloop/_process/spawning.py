@@ -1,0 +1,176 @@
+"""Starting a child process in a thread of its own, so the loop thread never waits for it.
+
+OS and CPython facts this module relies on:
+
+* ``subprocess.Popen`` returns once the child has called ``exec()`` or
+  failed before it: the parent reads a close-on-exec pipe until EOF, which
+  blocks, and re-raises the child's error (``FileNotFoundError`` for a
+  missing program, with its ``errno`` and ``filename``).  The fork and the
+  ``exec`` before that take time too, more with ``preexec_fn`` or a large
+  parent.
+* A new thread inherits its creator's signal mask, CPU affinity and
+  scheduling attributes (on Linux the nice value is per thread), and a
+  child inherits them from the thread that forked it.  The thread is
+  started by the loop thread for each spawn, so the child gets what the
+  loop thread has at that moment, as if it had been forked there.
+* On Linux ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the
+  child ends, not the process.  A child that asked for a death signal (a
+  common ``preexec_fn`` recipe, and some programs ask for one themselves)
+  would get it as soon as a short-lived spawning thread ended.  So the
+  thread stays until the child has exited: it waits in
+  ``waitid(WEXITED | WNOWAIT)``, which reaps nothing and leaves the exit
+  status to the loop's exit watch (``exitwatch``).
+* Any thread may wait for and reap a child forked by another thread of the
+  same process (Linux, without ``__WNOTHREAD``), so the exit watch works
+  from the loop thread.
+* File descriptors belong to the process: ``pass_fds`` and the pipes
+  ``Popen`` makes work from any thread, and the fds the loop thread opens
+  meanwhile are close-on-exec unless made inheritable on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from asyncio import exceptions
+
+__all__ = ["Spawn"]
+
+_HAVE_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
+
+
+def _wait_for_exit(pid: int) -> None:
+    """Block until child ``pid`` has exited, without reaping it."""
+    if not _HAVE_WAITID:
+        return
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        pass  # reaped already
+
+
+class Spawn:
+    """One ``subprocess.Popen(*args, **kwargs)`` made in a new thread.
+
+    The loop awaits ``finish()`` and then takes the child with ``take()``.
+    If the loop closes first, ``abandon()`` (from the loop's close) has the
+    thread kill and reap the child instead, so none is left running or a
+    zombie.
+    """
+
+    __slots__ = (
+        "_loop",
+        "_args",
+        "_kwargs",
+        "_lock",
+        "_proc",
+        "_error",
+        "_done",
+        "_taken",
+        "_abandoned",
+        "_waiter",
+    )
+
+    def __init__(self, loop, args, kwargs) -> None:
+        self._loop = loop
+        self._args = args
+        self._kwargs = kwargs
+        self._lock = threading.Lock()
+        self._proc = None
+        self._error = None
+        self._done = False  # the outcome has reached the loop thread
+        self._taken = False
+        self._abandoned = False
+        self._waiter = None
+        threading.Thread(target=self._thread_main, name="snakeloop-spawn", daemon=True).start()
+
+    # -- the spawning thread ---------------------------------------------------
+
+    def _thread_main(self) -> None:
+        try:
+            proc = subprocess.Popen(*self._args, **self._kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop thread
+            self._error = exc
+            self._report()
+            return
+        finally:
+            self._args = self._kwargs = None
+        with self._lock:
+            self._proc = proc
+            abandoned = self._abandoned
+        if abandoned or not self._report():
+            _kill_and_reap(proc)
+            return
+        _wait_for_exit(proc.pid)
+        with self._lock:
+            abandoned = self._abandoned
+        if abandoned:
+            proc.wait()  # nobody else will reap it
+
+    def _report(self) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(self._on_reported)
+        except RuntimeError:
+            return False  # the loop is closed
+        return True
+
+    # -- the loop thread ---------------------------------------------------------
+
+    def _on_reported(self) -> None:
+        self._done = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def finish(self) -> exceptions.CancelledError | None:
+        """Wait for the outcome; return the cancellation that came meanwhile.
+
+        A cancel cannot stop a spawn under way; the caller gets the child
+        all the same and must dispose of it.
+        """
+        cancelled = None
+        while not self._done:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            except exceptions.CancelledError as exc:
+                cancelled = exc
+        self._waiter = None
+        return cancelled
+
+    def take(self) -> subprocess.Popen:
+        """The child (after ``finish()``); raises what ``Popen`` raised."""
+        error = self._error
+        if error is not None:
+            self._error = None
+            try:
+                raise error
+            finally:
+                error = None
+        self._taken = True
+        return self._proc
+
+    def abandon(self) -> None:
+        """The loop is closing before it took the child: have it killed and reaped."""
+        if self._taken:
+            return
+        with self._lock:
+            self._abandoned = True
+            proc = self._proc
+            if proc is not None:
+                # Not reaped yet: the thread reaps only after seeing
+                # _abandoned, which it reads under this lock.
+                _kill(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_and_reap(proc: subprocess.Popen) -> None:
+    _kill(proc)
+    proc.wait()

@@ -1,0 +1,95 @@
+"""Blocking system calls the loop makes for itself, run in a thread of the loop's own.
+
+A few calls the loop needs can wait on a disk or a network filesystem:
+``os.sendfile`` (a page-cache miss reads the file) and the ``stat``/
+``remove`` of a Unix socket path.  asyncio makes them in the loop thread;
+snakeloop hands them to one worker thread per loop, started on first use
+and told to stop when the loop closes, and the loop runs on meanwhile.
+
+The worker is not the default executor: that one belongs to the user, who
+may replace it, shut it down (``run_in_executor`` then refuses work) or fill
+it with long jobs, and none of that may hold up a sendfile.
+
+A task awaiting a call that gets cancelled still waits for the call to
+finish before it unwinds (``BlockingCall.finish`` returns the cancellation
+instead of raising it): the caller must know what the call did, such as how
+many bytes ``sendfile`` sent, to leave things consistent.  A call that has
+not started yet is dropped instead.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from asyncio import exceptions
+
+__all__ = ["BlockingCall", "OffloadMixin"]
+
+
+class BlockingCall:
+    """One call running in the loop's worker thread."""
+
+    __slots__ = ("_loop", "_future", "_waiter")
+
+    def __init__(self, loop, future: concurrent.futures.Future) -> None:
+        self._loop = loop
+        self._future = future
+        self._waiter = None
+        future.add_done_callback(self._on_done)
+
+    def _on_done(self, future) -> None:
+        # In the worker thread, or in the loop thread if dropped before it ran.
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:
+            pass  # the loop closed meanwhile: nobody is waiting
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def finish(self) -> exceptions.CancelledError | None:
+        """Wait until the call is over; return the cancellation that came meanwhile."""
+        cancelled = None
+        future = self._future
+        while not future.done():
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            except exceptions.CancelledError as exc:
+                cancelled = exc
+                future.cancel()  # succeeds only if the call has not started
+        self._waiter = None
+        return cancelled
+
+    def result(self):
+        """The call's return value; raises what the call raised."""
+        return self._future.result()
+
+    def ran(self) -> bool:
+        """False if the call was dropped before it started."""
+        return not self._future.cancelled()
+
+
+class OffloadMixin:
+    """The loop's worker thread for its own blocking calls."""
+
+    def _init_offload(self) -> None:
+        self._offload_executor = None
+
+    def _close_offload(self) -> None:
+        executor = self._offload_executor
+        if executor is not None:
+            self._offload_executor = None
+            # As for the default executor: close() does not wait for it.
+            executor.shutdown(wait=False)
+
+    def _call_blocking(self, func, *args) -> BlockingCall:
+        """Start ``func(*args)`` in the worker thread; await ``.finish()`` on the result."""
+        executor = self._offload_executor
+        if executor is None:
+            executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="snakeloop-blocking"
+            )
+            self._offload_executor = executor
+        return BlockingCall(self, executor.submit(func, *args))
