@@ -20,46 +20,65 @@ not started yet is dropped instead.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 from asyncio import exceptions
 
 __all__ = ["BlockingCall", "OffloadMixin"]
 
 
+class _Wakeup:
+    """What the worker's done callback needs: the loop and the task's waiter.
+
+    Apart from the call, so that the concurrent future, which keeps its done
+    callbacks after running them, does not lead back to the call that holds
+    it: that would be a reference cycle per call.
+    """
+
+    __slots__ = ("loop", "waiter")
+
+    def __init__(self, loop) -> None:
+        self.loop = loop
+        self.waiter = None
+
+
+def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future) -> None:
+    # In the worker thread, or in the loop thread if dropped before it ran.
+    try:
+        wakeup.loop.call_soon_threadsafe(_wake, wakeup)
+    except RuntimeError:
+        pass  # the loop closed meanwhile: nobody is waiting
+
+
+def _wake(wakeup: _Wakeup) -> None:
+    waiter = wakeup.waiter
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
 class BlockingCall:
     """One call running in the loop's worker thread."""
 
-    __slots__ = ("_loop", "_future", "_waiter")
+    __slots__ = ("_loop", "_future", "_wakeup")
 
     def __init__(self, loop, future: concurrent.futures.Future) -> None:
         self._loop = loop
         self._future = future
-        self._waiter = None
-        future.add_done_callback(self._on_done)
-
-    def _on_done(self, future) -> None:
-        # In the worker thread, or in the loop thread if dropped before it ran.
-        try:
-            self._loop.call_soon_threadsafe(self._wake)
-        except RuntimeError:
-            pass  # the loop closed meanwhile: nobody is waiting
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wakeup = _Wakeup(loop)
+        future.add_done_callback(functools.partial(_on_done, self._wakeup))
 
     async def finish(self) -> exceptions.CancelledError | None:
         """Wait until the call is over; return the cancellation that came meanwhile."""
         cancelled = None
         future = self._future
+        wakeup = self._wakeup
         while not future.done():
-            self._waiter = self._loop.create_future()
+            wakeup.waiter = self._loop.create_future()
             try:
-                await self._waiter
+                await wakeup.waiter
             except exceptions.CancelledError as exc:
                 cancelled = exc
                 future.cancel()  # succeeds only if the call has not started
-        self._waiter = None
+        wakeup.waiter = None
         return cancelled
 
     def result(self):

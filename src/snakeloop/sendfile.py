@@ -112,7 +112,10 @@ def _send_burst(out_fd, in_fd, offset, count, chunk) -> _Burst:
         except _RETRY:
             break  # the socket is full: the loop waits until it is writable
         except OSError as exc:
-            burst.error = exc
+            # Without the worker's traceback: it would lead, through the
+            # worker's frames, back to this burst, a cycle; and the loop
+            # thread raises the error with a traceback of its own.
+            burst.error = exc.with_traceback(None)
             break
         if sent == 0:
             burst.end_of_file = True
@@ -181,6 +184,7 @@ class SendfileMixin:
                     raise cancelled
                 exc = burst.error
                 if exc is not None:
+                    burst = None
                     error = exc
                     if (
                         attempts > 1
@@ -200,8 +204,8 @@ class SendfileMixin:
                         raise error from exc
                     finally:
                         # The raised error's traceback keeps this frame, and
-                        # ``error`` leads back to it (or is it).
-                        error = None
+                        # ``error`` and ``exc`` lead back to it (or are it).
+                        error = exc = None
                 if burst.end_of_file or (count and total >= count):
                     break
                 await self._sendfile_writable(fd)
