@@ -12,6 +12,7 @@ checks that they are gone afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import operator
 import os
@@ -185,6 +186,30 @@ def test_to_thread_run_sync(anyio_run):
         assert anyio.current_time() - start >= 0.05
 
     anyio_run(main)
+
+
+def test_worker_threads_outlive_a_nested_task_under_run_until_complete(any_loop):
+    """Without ``anyio.run()``, anyio's root task is that of ``run_until_complete()``.
+
+    anyio recognises it by asyncio's ``_run_until_complete_cb`` among its done
+    callbacks, and stops its idle worker threads when that task ends.  Taking
+    a shorter-lived task for the root (the nested one below) would stop the
+    worker when the nested task ends, and the next call would get a new thread.
+    """
+
+    async def main():
+        async with asyncio.timeout(20):
+            nested = asyncio.get_running_loop().create_task(
+                to_thread.run_sync(threading.current_thread)
+            )
+            first = await nested
+            await anyio.sleep(0.01)  # the nested task's done callbacks have run
+            second = await to_thread.run_sync(threading.current_thread)
+        return first, second
+
+    first, second = any_loop.run_until_complete(main())
+    assert first is second  # the idle worker thread was reused
+    assert first is not threading.current_thread()
 
 
 # -- worker processes -----------------------------------------------------------------
