@@ -23,6 +23,12 @@ import weakref
 from asyncio import events
 from asyncio import futures as aio_futures
 from asyncio import tasks as aio_tasks
+
+# run_until_complete() stops the loop with asyncio's own done callback, not a
+# copy: libraries recognise the task of run_until_complete() by finding that
+# very function among its callbacks (anyio takes it as the root task, whose
+# end stops its worker threads and processes).
+from asyncio.base_events import _run_until_complete_cb
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -80,15 +86,6 @@ def _named(task, name):
     else:
         aio_tasks._set_task_name(task, name)
     return task
-
-
-def _run_until_complete_cb(fut):
-    if not fut.cancelled():
-        exc = fut.exception()
-        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            # The exception propagates out of run_forever by itself.
-            return
-    aio_futures._get_loop(fut).stop()
 
 
 class Loop(
