@@ -40,7 +40,7 @@ from _loopkit import (  # noqa: E402
     new_loop,
 )
 
-pytest_plugins = ["_time_limits"]
+pytest_plugins = ["_time_limits", "pytester"]
 
 _LOGGERS = ("asyncio", "snakeloop")
 _THREAD_GRACE = 5.0
