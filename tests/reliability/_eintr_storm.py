@@ -12,9 +12,10 @@ It runs in a process of its own for two reasons:
   time limit (tests/_time_limits.py) uses them.
 * The storm can deadlock the stdlib loop's process inside CPython (see
   ``STDLIB_WAKEUP_DEADLOCK`` in test_signals.py): its main thread then never runs Python code
-  again, and only a watchdog outside it can end that.  Here faulthandler's watchdog thread
-  prints the stacks and exits with status 1 after ``HANG_LIMIT`` seconds.  A loop that merely
-  stalls is stopped earlier by ``wait_for`` and fails with a traceback instead.
+  again, and only a watchdog outside it can end that.  Here faulthandler's watchdog thread,
+  which needs no GIL, prints the stacks and exits with status 1 once the loop has not run its
+  timers for ``HANG_LIMIT`` seconds.  A loop that runs but makes no progress is stopped by
+  ``wait_for`` and fails with a traceback instead.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ import sys
 from _loopkit import close_loop, new_loop
 
 STALL_LIMIT = 20.0  # the echo takes under a second on an idle machine
-HANG_LIMIT = 30.0
+HANG_LIMIT = 10.0  # seconds without a heartbeat, a loop timer every HEARTBEAT seconds
+HEARTBEAT = 0.25
+
+
+def heartbeat(loop: asyncio.AbstractEventLoop) -> None:
+    """Push faulthandler's deadline back; again in ``HEARTBEAT`` seconds."""
+    faulthandler.dump_traceback_later(HANG_LIMIT, exit=True)
+    loop.call_later(HEARTBEAT, heartbeat, loop)
 
 
 async def echo_digests(connections: int, size: int) -> list[tuple[str, str]]:
@@ -89,6 +97,7 @@ def storm(kind: str, connections: int, size: int) -> dict[str, object]:
     loop = new_loop(kind)
     loop.set_exception_handler(lambda _loop, context: loop_errors.append(context["message"]))
     try:
+        heartbeat(loop)
         loop.add_signal_handler(signal.SIGALRM, calls.append, None)
         signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
         try:

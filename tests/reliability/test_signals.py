@@ -24,7 +24,7 @@ import time
 import pytest
 from _loopkit import snakeloop_module, stdlib_xfail
 
-from ._eintr_storm import HANG_LIMIT
+from ._eintr_storm import HANG_LIMIT, STALL_LIMIT
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix signals")
 
@@ -110,13 +110,15 @@ STDLIB_WAKEUP_DEADLOCK = (
     "socketpair fills after a few hundred signal bytes; snakeloop's signal pipe holds 1 MiB"
 )
 
+# The child's own limits, and time for Python to start and for faulthandler to act.
+CHILD_LIMIT = STALL_LIMIT + HANG_LIMIT + 30
 _STORM_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_eintr_storm.py")
 _FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!$", re.M)
 _WAKEUP_FD_REPORT = "Exception ignored when trying to write to the signal wakeup fd:"
 
 
 class StormChildHung(Exception):
-    """The storm's child stopped running Python code; faulthandler printed its stacks."""
+    """The storm's loop stopped running its timers; faulthandler printed the child's stacks."""
 
 
 def _storm_in_child(kind: str, connections: int, size: int) -> dict:
@@ -127,15 +129,15 @@ def _storm_in_child(kind: str, connections: int, size: int) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([tests_dir, env["PYTHONPATH"]])
     cmd = [sys.executable, _STORM_SCRIPT, kind, str(connections), str(size)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=HANG_LIMIT + 30)
+        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=CHILD_LIMIT)
     except subprocess.TimeoutExpired as exc:
         raise StormChildHung(
-            f"still running {exc.timeout:g} s later, after faulthandler's limit:\n"
+            f"the child still ran after {exc.timeout:g} s, past faulthandler's limit:\n"
             + _storm_stderr(exc.stderr)
         ) from None
     stderr = _storm_stderr(proc.stderr)
     if proc.returncode != 0 and _FAULTHANDLER_TIMEOUT.search(stderr):
-        raise StormChildHung(f"asyncio's wait_for never fired; faulthandler:\n{stderr}")
+        raise StormChildHung(f"the loop stopped running its timers; faulthandler:\n{stderr}")
     assert proc.returncode == 0, stderr
     return json.loads(proc.stdout)
 
