@@ -11,10 +11,13 @@ stages, each for the hangs the one before cannot end:
    again every ``timeout_kill_after / 6`` seconds: code under test may have caught the first
    one.  A phase that starts after an interruption gets one such period of its own first, so
    that the clean-up of a test that timed out can run.
-3. ``timeout_kill_after`` seconds after the limit (an ini option, see below), faulthandler
-   prints the stack of every thread to the terminal and exits the process with status 1,
-   which fails the run.  This is for a main thread that never runs Python code again:
-   blocked in C, or deadlocked while it holds the GIL.
+3. ``timeout_kill_after`` seconds after the limit (an ini option, 60 by default),
+   faulthandler prints the stack of every thread to the terminal and exits the process with
+   status 1, which fails the run.  This is for a main thread that never runs Python code
+   again: blocked in C, or deadlocked while it holds the GIL.
+
+Under ``--pdb``, ``--trace`` or ``breakpoint()`` a test is not interrupted (pytest-timeout's
+rule) nor stopped; ``--timeout=0`` switches the limits off.
 
 OS and CPython facts this relies on:
 
@@ -124,7 +127,7 @@ class _Limit:
         if signal.getsignal(signal.SIGALRM) is not self._handler:
             problems.append("installed its own SIGALRM handler")
             signal.signal(signal.SIGALRM, self._handler)
-        remaining, interval = signal.getitimer(signal.ITIMER_REAL)
+        _, interval = signal.getitimer(signal.ITIMER_REAL)
         if abs(interval - self.period) > 1e-3:
             problems.append("set or stopped the ITIMER_REAL timer")
             left = self.deadline - time.monotonic()
@@ -208,7 +211,7 @@ def _debugging(config: pytest.Config) -> bool:
     return bool(config.getoption("usepdb", False) or config.getoption("trace", False))
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # pytest-timeout's hooks
 def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
     global _current
     if _current is not None:
@@ -223,7 +226,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
     return None  # pytest-timeout's thread method (stage 3 still applies)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # pytest-timeout's hooks
 def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
     global _current
     limit = _current
