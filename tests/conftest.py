@@ -9,6 +9,11 @@ policy, a running loop, or unexpected ERROR records on the ``asyncio`` /
 Tests that *expect* such log records request :func:`asyncio_errors`; tests
 that expect their loop's exception handler to be called request
 :func:`loop_errors`.
+
+Every test also has a time limit (``timeout`` in pyproject.toml, enforced by
+pytest-timeout and ``_time_limits``): a hung test fails with the stack of every
+thread and the run goes on.  Tests marked ``stress`` get a longer limit here;
+a test that needs another one says so with ``@pytest.mark.timeout(seconds)``.
 """
 
 from __future__ import annotations
@@ -35,8 +40,12 @@ from _loopkit import (  # noqa: E402
     new_loop,
 )
 
+pytest_plugins = ["_time_limits", "pytester"]
+
 _LOGGERS = ("asyncio", "snakeloop")
 _THREAD_GRACE = 5.0
+# The slowest stress test took 36 s (-m stress --durations=30, 3.11, a busy 2-core machine).
+STRESS_TIME_LIMIT = 300.0
 
 
 def _fd_snapshot() -> dict[int, str]:
@@ -64,6 +73,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             _baseline_loops.add(lp)
         except TypeError:
             pass
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("stress") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(STRESS_TIME_LIMIT))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -31,6 +31,11 @@ except ImportError:  # imported without its package (e.g. pytest's importlib imp
     import _data  # type: ignore[no-redef]
     import run  # type: ignore[no-redef]
 
+# The harness stops a hung CPython test after its test timeout and a job after JOB_TIMEOUT,
+# and reports what hung; this limit is for the harness itself hanging.  A test waits for its
+# own job, which may start after others (two run at a time).
+pytestmark = pytest.mark.timeout(run.JOB_TIMEOUT + 120)
+
 TARGET = os.environ.get("SNAKELOOP_CONFORMANCE_TARGET", "snakeloop")
 SELECTION = _data.load_selection()
 JOBS = run.available_jobs(SELECTION)
