@@ -27,7 +27,7 @@ import threading
 import time
 
 import pytest
-from _loopkit import PY313, zombies
+from _loopkit import PY313, stdlib_xfail, zombies
 
 blockbuster = pytest.importorskip("blockbuster")
 
@@ -415,6 +415,29 @@ def test_unix_server_close(any_loop, tmp_path):
         return os.path.exists(path)
 
     assert run(any_loop, main()) is not PY313
+
+
+@stdlib_xfail(
+    raises=blockbuster.BlockingError,
+    strict=True,
+    reason="asyncio checks the path for a stale socket file (os.stat) in the loop "
+    "thread, in base_events.py, which blockbuster does not allow",
+)
+@pytest.mark.parametrize("stale", [False, True], ids=["new", "stale"])
+def test_create_unix_datagram_endpoint(any_loop, tmp_path, stale):
+    path = str(tmp_path / "dgram")
+    if stale:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as old:
+            old.bind(path)
+
+    async def main():
+        transport, _ = await any_loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, local_addr=path, family=socket.AF_UNIX
+        )
+        transport.close()
+        return transport.get_extra_info("sockname")
+
+    assert run_watched(any_loop, main()) == path
 
 
 # -- shutting the default executor down -------------------------------------------

@@ -19,7 +19,7 @@ import socket
 import sys
 
 import pytest
-from _loopkit import Raised, differential
+from _loopkit import Raised, capture_logs, differential, outcome
 
 GUARD = 10.0  # a hang guard, never a timing assertion
 PY313 = sys.version_info >= (3, 13)
@@ -876,6 +876,73 @@ def test_unix_endpoint_removes_a_stale_socket_file(any_loop, tmp_path):
         return data, name
 
     assert run(any_loop, main()) == (b"unix", path)
+
+
+def test_unix_endpoint_logs_a_failed_stale_check_and_raises_the_bind_error(
+    tmp_path, asyncio_errors
+):
+    # A path under a regular file: the check and the bind both fail (ENOTDIR).
+    (tmp_path / "file").write_text("")
+    path = str(tmp_path / "file" / "dgram")
+
+    def scenario(loop):
+        with capture_logs() as logs:
+            result = outcome(
+                loop.run_until_complete,
+                loop.create_datagram_endpoint(
+                    asyncio.DatagramProtocol, local_addr=path, family=socket.AF_UNIX
+                ),
+            )
+        return logs.texts(), result
+
+    ref, got = differential(scenario)
+    assert got == ref
+    assert ref == (
+        "ok",
+        (
+            [
+                (
+                    "ERROR",
+                    f"Unable to check or remove stale UNIX socket {path!r}: "
+                    "NotADirectoryError(20, 'Not a directory')",
+                )
+            ],
+            Raised(NotADirectoryError(20, "Not a directory")),
+        ),
+    )
+
+
+def test_unix_endpoint_cancelled_while_starting(tmp_path):
+    # asyncio removes the stale file and binds without yielding: the
+    # cancellation lands where it first waits, after the transport is made.
+    path = str(tmp_path / "dgram")
+
+    def scenario(loop):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as old:
+            old.bind(path)
+        proto = Recorder(loop)
+
+        async def main():
+            task = asyncio.ensure_future(
+                loop.create_datagram_endpoint(lambda: proto, local_addr=path, family=socket.AF_UNIX)
+            )
+            await asyncio.sleep(0)
+            task.cancel("stop")
+            try:
+                await task
+            except asyncio.CancelledError as exc:
+                outcome = exc.args
+            await proto.lost
+            return outcome, proto.events, os.path.exists(path)
+
+        try:
+            return run(loop, main())
+        finally:
+            os.unlink(path)
+
+    ref, got = differential(scenario)
+    assert got == ref
+    assert ref == ("ok", (("stop",), ["made", ("lost", None)], True))
 
 
 def test_unix_endpoint_does_not_remove_a_regular_file(any_loop, tmp_path):

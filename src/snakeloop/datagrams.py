@@ -25,11 +25,10 @@ OS facts this module relies on:
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import stat
 import sys
 
+from . import unixpaths
 from .dns import ensure_resolved
 from .transports.datagram import DatagramSocketTransport
 
@@ -76,17 +75,6 @@ def _check_given_socket(
         )
 
 
-def _remove_stale_unix_socket(path):
-    try:
-        if stat.S_ISSOCK(os.stat(path).st_mode):
-            os.remove(path)
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        # The directory may allow creating the socket but not checking it.
-        logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
-
-
 class DatagramMixin:
     """``create_datagram_endpoint``; builds on ``SocketMixin.sock_connect``."""
 
@@ -109,6 +97,7 @@ class DatagramMixin:
         sock=None,
     ):
         """Create a datagram endpoint: ``(transport, protocol)``."""
+        cancelled = None
         if sock is not None:
             _check_given_socket(
                 sock, local_addr, remote_addr, family, proto, flags, reuse_port, allow_broadcast
@@ -119,6 +108,8 @@ class DatagramMixin:
             pairs = await self._datagram_address_pairs(
                 local_addr, remote_addr, family, proto, flags
             )
+            if family == socket.AF_UNIX and local_addr and local_addr[0] not in (0, "\x00"):
+                cancelled = await self._remove_stale_unix_socket(local_addr)
             sock, r_addr = await self._open_datagram_socket(
                 pairs, local_addr, remote_addr, reuse_port, allow_broadcast
             )
@@ -143,11 +134,35 @@ class DatagramMixin:
                     protocol,
                 )
         try:
+            if cancelled is not None:
+                raise cancelled
             await waiter
         except BaseException:
             transport.close()
             raise
         return transport, protocol
+
+    async def _remove_stale_unix_socket(self, path):
+        """Remove a socket file left at ``path``, in the worker thread.
+
+        asyncio does it without yielding, so a cancellation cannot stop the
+        endpoint from being made there: it is returned, for the caller to
+        raise where asyncio's first await would (after making the transport).
+        """
+        cancelled = None
+        while True:
+            call = self._call_blocking(unixpaths.remove_stale_socket, path)
+            again = await call.finish()
+            if cancelled is None:
+                cancelled = again
+            if call.ran():
+                break
+            # Dropped by the cancellation before it started: asyncio would
+            # have removed the file all the same.
+        err = call.result()
+        if err is not None:
+            logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
+        return cancelled
 
     async def _datagram_address_pairs(self, local_addr, remote_addr, family, proto, flags):
         """``[((family, proto), (local, remote)), ...]`` to try in order."""
@@ -159,8 +174,6 @@ class DatagramMixin:
             for addr in (local_addr, remote_addr):
                 if addr is not None and not isinstance(addr, str):
                     raise TypeError("string is expected")
-            if local_addr and local_addr[0] not in (0, "\x00"):
-                _remove_stale_unix_socket(local_addr)
             return [((family, proto), (local_addr, remote_addr))]
 
         # Resolve both ends; keep the (family, proto) pairs, in the order

@@ -1,8 +1,9 @@
 """The socket file of a Unix server: made at ``create_unix_server``, removed at close.
 
 These functions touch the filesystem, which can block on a slow or remote
-one: ``create_unix_server`` calls ``bind_path`` and ``inode_of`` in the
-loop's worker thread (``offload``).  ``Server.close()`` is synchronous and
+one: ``create_unix_server`` calls ``bind_path`` and ``inode_of``, and
+``create_datagram_endpoint`` calls ``remove_stale_socket``, in the loop's
+worker thread (``offload``).  ``Server.close()`` is synchronous and
 must have removed the file when it returns, as asyncio's does, so
 ``remove_if_same_inode`` runs in the loop thread there.
 
@@ -24,7 +25,14 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["BindOutcome", "bind_path", "has_file", "inode_of", "remove_if_same_inode"]
+__all__ = [
+    "BindOutcome",
+    "bind_path",
+    "has_file",
+    "inode_of",
+    "remove_if_same_inode",
+    "remove_stale_socket",
+]
 
 
 def has_file(path) -> bool:
@@ -48,14 +56,7 @@ def bind_path(sock, path, want_inode: bool) -> BindOutcome:
     """Remove a stale socket file at ``path``, bind ``sock`` there, read the new inode."""
     outcome = BindOutcome()
     if path[0] not in (0, "\x00"):  # an empty path raises IndexError, as in asyncio
-        try:
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                os.remove(path)
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            # The directory may allow creating the socket and nothing else.
-            outcome.stale_error = err
+        outcome.stale_error = remove_stale_socket(path)
     try:
         sock.bind(path)
     except BaseException as exc:  # noqa: BLE001 - handed to the loop thread
@@ -67,6 +68,19 @@ def bind_path(sock, path, want_inode: bool) -> BindOutcome:
         except OSError as exc:
             outcome.inode_error = exc
     return outcome
+
+
+def remove_stale_socket(path) -> OSError | None:
+    """Remove the socket file at ``path``, if there is one; return what prevented it."""
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        # The directory may allow creating the socket and nothing else.
+        return err
+    return None
 
 
 def inode_of(path) -> int | None:
