@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import re
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -268,8 +269,8 @@ def assert_same(scenario: Callable[[asyncio.AbstractEventLoop], Any], **kw: Any)
     return ref
 
 
-def zombies() -> list[int]:
-    """This process's children that have exited but were not reaped."""
+def children(*, zombie: bool) -> list[int]:
+    """This process's children that have exited but were not reaped (``zombie``), or the others."""
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
@@ -281,9 +282,55 @@ def zombies() -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z" and int(fields[1]) == me:
+        if (fields[0] == "Z") is zombie and int(fields[1]) == me:
             found.append(int(name))
     return found
+
+
+def zombies() -> list[int]:
+    """This process's children that have exited but were not reaped."""
+    return children(zombie=True)
+
+
+def socket_pair(kind: str = "unix-stream") -> tuple[socket.socket, socket.socket]:
+    """Two connected non-blocking sockets; the caller closes them.
+
+    ``kind`` is "unix-stream", "unix-dgram" or "tcp" (client and server over
+    127.0.0.1).
+    """
+    if kind == "tcp":
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            a = socket.create_connection(listener.getsockname())
+            b, _ = listener.accept()
+    elif kind == "unix-stream":
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    elif kind == "unix-dgram":
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    else:
+        raise ValueError(f"unknown socket pair kind {kind!r}")
+    a.setblocking(False)
+    b.setblocking(False)
+    return a, b
+
+
+@contextlib.contextmanager
+def closing_socket_pair(
+    kind: str = "unix-stream",
+) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """:func:`socket_pair`, closed on leaving the block."""
+    a, b = socket_pair(kind)
+    with a, b:
+        yield a, b
+
+
+async def echo_back(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A ``start_server`` handler that sends everything back, then closes at EOF."""
+    while data := await reader.read(1 << 16):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
 
 
 def stdlib_xfail(*args: Any, **kwargs: Any) -> Any:

@@ -215,6 +215,15 @@ def asyncio_errors(request: pytest.FixtureRequest) -> list[logging.LogRecord]:
 
 
 @pytest.fixture
+def data_file(request: pytest.FixtureRequest, tmp_path):
+    """A file holding the test module's ``DATA`` bytes, open for reading at its start."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(request.module.DATA)
+    with open(path, "rb") as f:
+        yield f
+
+
+@pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
 

@@ -27,7 +27,7 @@ import threading
 import time
 
 import pytest
-from _loopkit import PY313, stdlib_xfail, zombies
+from _loopkit import PY313, children, closing_socket_pair, stdlib_xfail, zombies
 
 blockbuster = pytest.importorskip("blockbuster")
 
@@ -44,26 +44,6 @@ def run_watched(loop, coro):
     """Run ``coro`` with every blocking call in the loop thread an error."""
     with blockbuster.blockbuster_ctx():
         return run(loop, coro)
-
-
-@pytest.fixture
-def data_file(tmp_path):
-    path = tmp_path / "data.bin"
-    path.write_bytes(DATA)
-    with open(path, "rb") as f:
-        yield f
-
-
-@contextlib.contextmanager
-def stream_pair():
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    try:
-        yield a, b
-    finally:
-        a.close()
-        b.close()
 
 
 async def read_exactly(loop, sock, size):
@@ -197,29 +177,11 @@ def test_cancel_while_a_child_is_started_kills_and_reaps_it(loop):
     assert zombies() == []
 
 
-def live_children() -> list[int]:
-    """This process's children that are still running (not zombies)."""
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[1]) == me:
-            found.append(int(name))
-    return found
-
-
 @pytest.mark.parametrize("when", ["before_exec", "after_exec"])
 def test_loop_closed_while_a_child_is_started_kills_and_reaps_it(loop, loop_errors, when):
     # The task awaiting the spawn never resumes: the loop closes under it.
     r, w, release = _gate()
-    before = live_children()
+    before = children(zombie=False)
     task = loop.create_task(
         asyncio.create_subprocess_exec(
             PY, "-c", "import time; time.sleep(30)", preexec_fn=_preexec_waiting_for(r)
@@ -247,7 +209,7 @@ def test_loop_closed_while_a_child_is_started_kills_and_reaps_it(loop, loop_erro
         os.close(r)
         os.close(w)
     assert not task.done()
-    assert live_children() == before
+    assert children(zombie=False) == before
     assert zombies() == []
 
 
@@ -282,7 +244,7 @@ def test_parent_death_signal_does_not_fire_after_the_spawn(any_loop):
 
 
 def test_sock_sendfile(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             reader = asyncio.ensure_future(read_exactly(any_loop, b, len(DATA)))
@@ -293,7 +255,7 @@ def test_sock_sendfile(any_loop, data_file):
 
 
 def test_transport_sendfile(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             transport, _ = await any_loop.create_connection(asyncio.Protocol, sock=a)

@@ -16,7 +16,7 @@ import socket
 import threading
 
 import pytest
-from _loopkit import Raised, differential
+from _loopkit import Raised, closing_socket_pair, differential
 
 GUARD = 10.0  # a hang guard, never a timing assertion
 DATA = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
@@ -24,26 +24,6 @@ DATA = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
 
 def run(loop, coro):
     return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
-
-
-@pytest.fixture
-def data_file(tmp_path):
-    path = tmp_path / "data.bin"
-    path.write_bytes(DATA)
-    with open(path, "rb") as f:
-        yield f
-
-
-@contextlib.contextmanager
-def stream_pair():
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    try:
-        yield a, b
-    finally:
-        a.close()
-        b.close()
 
 
 async def read_all(loop, sock):
@@ -77,7 +57,7 @@ async def sendfile_and_read(loop, sender, receiver, *args, **kwargs):
 
 
 def test_sock_sendfile_whole_file(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
         sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, data_file))
         assert sent == len(DATA)
@@ -87,7 +67,7 @@ def test_sock_sendfile_whole_file(any_loop, data_file):
 
 
 def test_sock_sendfile_offset_and_count(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, data_file, 1000, 70000))
         assert sent == 70000
         assert got == DATA[1000:71000]
@@ -95,7 +75,7 @@ def test_sock_sendfile_offset_and_count(any_loop, data_file):
 
 
 def test_sock_sendfile_count_past_the_end(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         start = len(DATA) - 10
         sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, data_file, start, 100))
         assert (sent, got) == (10, DATA[start:])
@@ -105,13 +85,13 @@ def test_sock_sendfile_count_past_the_end(any_loop, data_file):
 def test_sock_sendfile_empty_file(any_loop, tmp_path):
     path = tmp_path / "empty"
     path.write_bytes(b"")
-    with open(path, "rb") as f, stream_pair() as (a, b):
+    with open(path, "rb") as f, closing_socket_pair() as (a, b):
         sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, f))
         assert (sent, got, f.tell()) == (0, b"", 0)
 
 
 def test_sock_sendfile_mixed_with_sendall(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             reader = asyncio.ensure_future(read_all(any_loop, b))
@@ -126,7 +106,7 @@ def test_sock_sendfile_mixed_with_sendall(any_loop, data_file):
 
 def test_sock_sendfile_fallback_for_a_file_without_fd(any_loop):
     f = io.BytesIO(DATA)
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, f, 10, 300_000))
         assert (sent, got) == (300_000, DATA[10:300_010])
         assert f.tell() == 300_010
@@ -134,14 +114,14 @@ def test_sock_sendfile_fallback_for_a_file_without_fd(any_loop):
 
 def test_sock_sendfile_no_fallback_raises(any_loop):
     f = io.BytesIO(DATA)
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         with pytest.raises(asyncio.SendfileNotAvailableError, match="not a regular file"):
             run(any_loop, any_loop.sock_sendfile(a, f, fallback=False))
         assert f.tell() == 0
 
 
 def test_sock_sendfile_peer_closed_midway(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
 
         async def main():
@@ -159,7 +139,7 @@ def test_sock_sendfile_peer_closed_midway(any_loop, data_file):
 
 
 def test_cancelled_sock_sendfile_leaves_no_writer(any_loop, data_file):
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
 
         async def main():
@@ -177,7 +157,7 @@ def test_cancelled_sock_sendfile_leaves_no_writer(any_loop, data_file):
 
 def test_cancelled_sock_sendfile_updates_the_file_position(loop, data_file):
     """snakeloop sets the position after a cancel too (asyncio only on error/return)."""
-    with stream_pair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
 
         async def main():
@@ -226,7 +206,7 @@ def drain(sock):
 
 def test_cancel_during_a_worker_sendfile_counts_its_bytes(loop, data_file, monkeypatch):
     """snakeloop's os.sendfile runs in a worker: a cancel waits for it to return."""
-    with stream_pair() as (a, b), held_sendfile(monkeypatch) as (started, go):
+    with closing_socket_pair() as (a, b), held_sendfile(monkeypatch) as (started, go):
 
         async def main():
             task = asyncio.ensure_future(loop.sock_sendfile(a, data_file))
@@ -246,8 +226,8 @@ def test_cancel_during_a_worker_sendfile_counts_its_bytes(loop, data_file, monke
 def test_cancel_before_a_worker_sendfile_starts_sends_nothing(loop, tmp_path, monkeypatch):
     (tmp_path / "f").write_bytes(DATA)
     with (
-        stream_pair() as (a, b),
-        stream_pair() as (c, d),
+        closing_socket_pair() as (a, b),
+        closing_socket_pair() as (c, d),
         open(tmp_path / "f", "rb") as first,
         open(tmp_path / "f", "rb") as second,
         held_sendfile(monkeypatch) as (started, go),
