@@ -24,7 +24,7 @@ import os
 import socket
 
 import pytest
-from _loopkit import Raised, outcome
+from _loopkit import Raised, closing_socket_pair, outcome, socket_pair
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,28 +39,10 @@ def _noop(*args):
     return None
 
 
-def _make_pair(kind):
-    if kind == "unix-stream":
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    elif kind == "unix-dgram":
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    else:
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(1)
-            a = socket.create_connection(listener.getsockname())
-            b, _ = listener.accept()
-    a.setblocking(False)
-    b.setblocking(False)
-    return a, b
-
-
 @pytest.fixture(params=["unix-stream", "unix-dgram", "tcp"])
 def pair(request):
-    a, b = _make_pair(request.param)
-    yield a, b
-    a.close()
-    b.close()
+    with closing_socket_pair(request.param) as (a, b):
+        yield a, b
 
 
 @pytest.fixture
@@ -75,9 +57,7 @@ def closet():
 def _socket_at(fd, closet):
     """A fresh connected socket that got fd number ``fd`` (just closed), and its peer."""
     for _ in range(10):
-        x, y = socket.socketpair()
-        x.setblocking(False)
-        y.setblocking(False)
+        x, y = socket_pair()
         closet += [x, y]
         if x.fileno() == fd:
             return x, y
@@ -124,7 +104,7 @@ def test_remove_of_closed_registered_socket(any_loop, pair, side):
 
 
 def test_fd_reused_after_removing_a_closed_socket(any_loop, closet):
-    a, a_peer = _make_pair("unix-stream")
+    a, a_peer = socket_pair("unix-stream")
     closet.append(a_peer)
     fd = a.fileno()
     any_loop.add_reader(a, _noop)
@@ -266,7 +246,7 @@ def test_closed_file_object(any_loop, closet):
 
 @pytest.mark.parametrize("as_object", [True, False], ids=["object", "fd"])
 def test_failed_removal_drops_the_whole_fd(any_loop, closet, as_object):
-    a, a_peer = _make_pair("unix-stream")
+    a, a_peer = socket_pair("unix-stream")
     closet.append(a_peer)
     fd = a.fileno()
     key = a if as_object else fd
@@ -285,7 +265,7 @@ def test_failed_removal_drops_the_whole_fd(any_loop, closet, as_object):
 
 
 def test_failed_add_on_a_reused_fd_drops_the_stale_registration(any_loop, closet):
-    a, a_peer = _make_pair("unix-stream")
+    a, a_peer = socket_pair("unix-stream")
     closet.append(a_peer)
     fd = a.fileno()
     any_loop.add_reader(a, _noop)
@@ -318,7 +298,7 @@ def test_transport_check_uses_the_objects_own_fileno(any_loop, closet):
     # the fd is not in epoll any more).  remove_reader(closed socket) asks
     # about a transport on fd -1, so it is not refused, and removes the
     # registration it finds by identity.
-    a, a_peer = _make_pair("unix-stream")
+    a, a_peer = socket_pair("unix-stream")
     closet.append(a_peer)
     fd = a.fileno()
     any_loop.add_reader(a, _noop)

@@ -37,7 +37,7 @@ import sys
 import types
 
 import pytest
-from _loopkit import stdlib_xfail, task_class
+from _loopkit import socket_pair, stdlib_xfail, task_class
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -158,16 +158,6 @@ def reset(sock: socket.socket) -> None:
     """Close ``sock`` with a zero linger time: the peer gets a reset, not a FIN."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
-
-
-def tcp_pair() -> tuple[socket.socket, socket.socket]:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    client.setblocking(False)
-    return client, server
 
 
 async def cancel_after_start(coro) -> None:
@@ -555,7 +545,7 @@ def test_datagram_endpoint_cannot_bind(dloop):
 def test_sock_recv_reset_while_waiting(dloop):
     async def scenario():
         loop = asyncio.get_running_loop()
-        client, server = tcp_pair()
+        client, server = socket_pair("tcp")
         with client:
             loop.call_soon(reset, server)
             try:
@@ -570,7 +560,7 @@ def test_sock_recv_reset_while_waiting(dloop):
 def test_sock_sendall_reset_while_waiting(dloop):
     async def scenario():
         loop = asyncio.get_running_loop()
-        client, server = tcp_pair()
+        client, server = socket_pair("tcp")
         with client:
             fill_send_buffer(client)
             loop.call_soon(reset, server)

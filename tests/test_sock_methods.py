@@ -16,42 +16,13 @@ import ssl
 import struct
 
 import pytest
-from _loopkit import differential
+from _loopkit import closing_socket_pair, differential
 
 GUARD = 10.0  # seconds; a hang guard, never a timing assertion
 
 
 def run(loop, coro):
     return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
-
-
-@contextlib.contextmanager
-def socketpair(family=socket.AF_UNIX, type=socket.SOCK_STREAM):
-    a, b = socket.socketpair(family, type)
-    a.setblocking(False)
-    b.setblocking(False)
-    try:
-        yield a, b
-    finally:
-        a.close()
-        b.close()
-
-
-@contextlib.contextmanager
-def tcp_pair():
-    """A connected (client, server) TCP pair on 127.0.0.1, both non-blocking."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    client.setblocking(False)
-    server.setblocking(False)
-    try:
-        yield client, server
-    finally:
-        client.close()
-        server.close()
 
 
 @contextlib.contextmanager
@@ -101,7 +72,7 @@ def nothing_registered(loop, fd):
 
 
 def test_recv_and_sendall_roundtrip(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             await any_loop.sock_sendall(a, b"hello")
@@ -116,7 +87,7 @@ def test_recv_and_sendall_roundtrip(any_loop):
 
 
 def test_recv_waits_for_data(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             task = asyncio.ensure_future(any_loop.sock_recv(b, 100))
@@ -130,7 +101,7 @@ def test_recv_waits_for_data(any_loop):
 
 
 def test_recv_into_waits_for_data(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         buf = bytearray(8)
 
         async def main():
@@ -145,7 +116,7 @@ def test_recv_into_waits_for_data(any_loop):
 
 
 def test_recv_eof_returns_empty(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             task = asyncio.ensure_future(any_loop.sock_recv(b, 100))
@@ -157,7 +128,7 @@ def test_recv_eof_returns_empty(any_loop):
 
 
 def test_recv_error_after_wait_is_raised(any_loop):
-    with tcp_pair() as (client, server):
+    with closing_socket_pair("tcp") as (client, server):
 
         async def main():
             task = asyncio.ensure_future(any_loop.sock_recv(server, 100))
@@ -174,7 +145,7 @@ def test_recv_error_after_wait_is_raised(any_loop):
 
 def test_sendall_large_with_partial_sends(any_loop):
     payload = bytes(range(256)) * (16 * 1024)  # 4 MiB
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
 
         async def reader():
@@ -199,7 +170,7 @@ def test_sendall_of_wide_items_memoryview(any_loop):
     import array
 
     data = array.array("i", range(300_000))
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
         expected = data.tobytes()
 
@@ -218,7 +189,7 @@ def test_sendall_of_wide_items_memoryview(any_loop):
 
 
 def test_sendall_error_is_raised(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         fill_stream(a)
         with pytest.raises(OSError):
 
@@ -472,7 +443,7 @@ def _cancel_and_wait(loop, coro_factory, *, then=None):
 
 @pytest.mark.parametrize("method", ["sock_recv", "sock_recv_into"])
 def test_cancelled_recv_leaves_no_reader(any_loop, method):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         call = _calls(any_loop, b, None)[method]
 
         async def then():
@@ -497,7 +468,7 @@ def test_cancelled_recvfrom_leaves_no_reader(any_loop, method):
 
 
 def test_cancelled_sendall_leaves_no_writer(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         fill_stream(a)
 
         async def then():
@@ -572,7 +543,7 @@ def test_cancelled_accept_leaves_no_reader(any_loop):
 
 
 def test_wait_for_timeout_on_recv_leaves_no_reader(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             with pytest.raises(asyncio.TimeoutError):
@@ -584,7 +555,7 @@ def test_wait_for_timeout_on_recv_leaves_no_reader(any_loop):
 
 def test_cancel_racing_with_new_call_keeps_the_new_reader(any_loop):
     """A new sock_recv issued before the cancelled one unwinds keeps its reader."""
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             first = asyncio.ensure_future(any_loop.sock_recv(b, 10))
@@ -601,7 +572,7 @@ def test_cancel_racing_with_new_call_keeps_the_new_reader(any_loop):
 
 
 def test_many_cancel_cycles_leave_nothing(any_loop):
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
 
         async def main():
             for _ in range(200):
@@ -623,7 +594,7 @@ def test_many_cancel_cycles_leave_nothing(any_loop):
 @pytest.mark.parametrize("n", [65536, 65537, 200_000, 262144, 262145, 1_000_000])
 def test_large_recv_sizes(any_loop, n):
     payload = bytes(range(256)) * 1200  # 300 KiB
-    with socketpair() as (a, b):
+    with closing_socket_pair() as (a, b):
         a.setblocking(True)
         a.sendall(payload[:100_000])
 
