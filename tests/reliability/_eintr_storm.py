@@ -29,7 +29,7 @@ import random
 import signal
 import sys
 
-from _loopkit import close_loop, new_loop
+from _loopkit import close_loop, echo_back, new_loop
 
 STALL_LIMIT = 20.0  # the echo takes under a second on an idle machine
 HANG_LIMIT = 10.0  # seconds without a heartbeat, a loop timer every HEARTBEAT seconds
@@ -45,13 +45,7 @@ def heartbeat(loop: asyncio.AbstractEventLoop) -> None:
 async def echo_digests(connections: int, size: int) -> list[tuple[str, str]]:
     """``connections`` clients each send ``size`` random bytes through an echo server."""
 
-    async def handle(reader, writer):
-        while data := await reader.read(1 << 16):
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(echo_back, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     rng = random.Random(1234)
 

@@ -16,7 +16,7 @@ import time
 import warnings
 
 import pytest
-from _loopkit import PY312, new_loop
+from _loopkit import PY312, echo_back, new_loop
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
@@ -93,13 +93,7 @@ def child_fresh_loop(kind: str) -> float:
 
 
 async def echo_round(size: int, connections: int):
-    async def handle(reader, writer):
-        while data := await reader.read(1 << 16):
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(echo_back, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
 
     async def client(seed):
