@@ -256,6 +256,14 @@ def test_r_sp_4_close_running_child(any_loop, how, expected):
         return pid, tr.get_returncode()
 
     pid, rc = run(loop, main())
+    if rc == 255 and how != "close" and not type(loop).__module__.startswith("snakeloop"):
+        # asyncio's close() kills through Popen.send_signal, which polls first
+        # and so reaps a child that the kill() just before had already ended;
+        # asyncio's exit watcher then finds no status and reports 255 ("exit
+        # status already read").  A race of the stdlib loop with itself,
+        # seen on 3.13 when the child dies quickly; snakeloop's close() does
+        # not poll.
+        pytest.xfail("asyncio's close() reaped the killed child itself (returncode 255)")
     assert rc == expected
     assert events == ["process_exited", "connection_lost"]
     with pytest.raises(ProcessLookupError):
