@@ -34,6 +34,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 import zlib
 
 import pytest
@@ -342,6 +343,12 @@ async def cancel_after(loop, coro_factory, k):
     task = loop.create_task(coro_factory())
     for _ in range(k):
         await asyncio.sleep(0)
+        # One loop iteration per step, and a moment without the GIL: a step
+        # of snakeloop's create_unix_server runs in the loop's worker thread,
+        # which a loop that never blocks would leave waiting for the GIL (the
+        # switch interval is 5 ms, 40 sleep(0) iterations far less), so the
+        # call never completed within the steps on a busy machine.
+        time.sleep(0.0001)
     finished_first = task.done()
     task.cancel()
     try:
