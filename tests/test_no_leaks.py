@@ -288,12 +288,11 @@ def test_destroyed_pending_task_log_matches_stdlib(asyncio_errors):
 
 
 def test_unretrieved_future_exception_is_logged(loop_kind, asyncio_errors):
-    with loop_ctx(loop_kind) as loop:
-        with capture_logs() as logs:
-            fut = loop.create_future()
-            fut.set_exception(ValueError("lost"))
-            del fut
-            gc.collect()
+    with loop_ctx(loop_kind) as loop, capture_logs() as logs:
+        fut = loop.create_future()
+        fut.set_exception(ValueError("lost"))
+        del fut
+        gc.collect()
     assert [first_line(r) for r in logs.records] == ["Future exception was never retrieved"]
     assert isinstance(logs.records[0].exc_info[1], ValueError)
     assert asyncio_errors

@@ -769,7 +769,7 @@ class FakeDatagramSock:
 
 
 ERROR_CASES = {
-    "no address no family": lambda: {},
+    "no address no family": dict,
     "local_addr not a tuple": lambda: {"local_addr": "localhost"},
     "local_addr too long": lambda: {"local_addr": ("localhost", 1, 2, 3)},
     "families do not match": lambda: {

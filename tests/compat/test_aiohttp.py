@@ -189,13 +189,16 @@ def test_connect_by_host_name(any_loop):
 
 def test_streaming_response_arrives_incrementally(any_loop):
     async def main():
-        async with serve() as srv, aiohttp.ClientSession() as session:
-            async with session.get(srv.url("/gated")) as resp:
-                # The server holds the rest back until the first line has arrived here.
-                assert await resp.content.readline() == b"first\n"
-                srv.app[GATE].set()
-                assert await resp.content.readline() == b"second\n"
-                assert await resp.content.read() == b""
+        async with (
+            serve() as srv,
+            aiohttp.ClientSession() as session,
+            session.get(srv.url("/gated")) as resp,
+        ):
+            # The server holds the rest back until the first line has arrived here.
+            assert await resp.content.readline() == b"first\n"
+            srv.app[GATE].set()
+            assert await resp.content.readline() == b"second\n"
+            assert await resp.content.read() == b""
 
     run(any_loop, main())
 
@@ -401,9 +404,8 @@ def test_run_app_stops_on_sigterm(any_loop):
 
     async def client(app: web.Application) -> None:
         try:
-            async with aiohttp.ClientSession() as session:
-                async with session.get(url) as resp:
-                    results["json"] = await resp.json()
+            async with aiohttp.ClientSession() as session, session.get(url) as resp:
+                results["json"] = await resp.json()
             # run_app's handler is installed through loop.add_signal_handler.
             handler = signal.getsignal(signal.SIGTERM)
             assert handler not in (signal.SIG_DFL, signal.SIG_IGN, None), handler

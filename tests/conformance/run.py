@@ -573,13 +573,13 @@ def main(argv=None) -> int:
         p.error("no jobs selected")
     network = network_enabled(selection, args.network)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="conformance-logs-")
-    kw = dict(
-        network=network,
-        k=args.k or (),
-        test_timeout=args.test_timeout,
-        job_timeout=args.job_timeout,
-        log_dir=log_dir,
-    )
+    kw = {
+        "network": network,
+        "k": args.k or (),
+        "test_timeout": args.test_timeout,
+        "job_timeout": args.job_timeout,
+        "log_dir": log_dir,
+    }
 
     if args.list:
         _print_list(run_jobs(jobs, args.target, parallel=args.jobs, plan_only=True, **kw))

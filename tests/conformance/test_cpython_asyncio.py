@@ -51,11 +51,11 @@ class _Scheduler:
             prefix="snakeloop-conformance-"
         )
         self.keep_logs = bool(os.environ.get("SNAKELOOP_CONFORMANCE_LOG_DIR"))
-        self.kw = dict(
-            network=run.network_enabled(SELECTION),
-            test_timeout=float(os.environ.get("SNAKELOOP_CONFORMANCE_TEST_TIMEOUT", "60")),
-            log_dir=self.log_dir,
-        )
+        self.kw = {
+            "network": run.network_enabled(SELECTION),
+            "test_timeout": float(os.environ.get("SNAKELOOP_CONFORMANCE_TEST_TIMEOUT", "60")),
+            "log_dir": self.log_dir,
+        }
         self.executor = ThreadPoolExecutor(max(1, parallel), thread_name_prefix="conformance")
         self.futures: dict[str, Future] = {}
         self.lock = threading.Lock()

@@ -324,10 +324,7 @@ def _gc_disabled_run(loop, coro, clock=None):
     before = {id(p) for p in _live_ssl_protocols()}
     gc.disable()
     try:
-        if clock is None:
-            refs = run(loop, coro)
-        else:
-            refs = run_fake(loop, clock, coro, step=0.01)
+        refs = run(loop, coro) if clock is None else run_fake(loop, clock, coro, step=0.01)
         loop.run_until_complete(asyncio.sleep(0))
         return [r() for r in refs], [p for p in _live_ssl_protocols() if id(p) not in before]
     finally:

@@ -57,10 +57,7 @@ if _PY312:
     _swap_current_task = _aio_tasks._swap_current_task
     _current_task = _aio_tasks.current_task
 
-if _PY312:
-    _default_loop = events.get_event_loop
-else:
-    _default_loop = events._get_event_loop
+_default_loop = events.get_event_loop if _PY312 else events._get_event_loop
 
 _task_name_counter = itertools.count(1).__next__
 
@@ -584,10 +581,7 @@ class Task(Future):
         loop = self._loop
         _enter_task(loop, self)
         try:
-            if exc is None:
-                result = self._coro.send(None)
-            else:
-                result = self._coro.throw(exc)
+            result = self._coro.send(None) if exc is None else self._coro.throw(exc)
         except StopIteration as stop:
             if self._must_cancel:
                 self._must_cancel = False

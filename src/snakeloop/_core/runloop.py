@@ -337,10 +337,7 @@ class CoreLoop:
 
             # 2-3. Poll, unless callbacks wait and only the waker is watched.
             if ready or self._stopping:
-                if readers or writers:
-                    events = self._poll(0)
-                else:
-                    events = None
+                events = self._poll(0) if readers or writers else None
             elif scheduled:
                 timeout = scheduled[0] - self._now()
                 if timeout > MAXIMUM_POLL_TIMEOUT:
