@@ -45,7 +45,7 @@ from asyncio import constants, protocols
 from asyncio import transports as aio_transports
 from asyncio.exceptions import SendfileNotAvailableError
 
-from .sockets import NOT_NONBLOCKING, check_ssl_socket
+from .sockets import NOT_NONBLOCKING, check_ssl_socket, wait_writable
 
 __all__ = ["SendfileMixin", "check_sendfile_params"]
 
@@ -215,11 +215,12 @@ class SendfileMixin:
         return total
 
     async def _sendfile_writable(self, fd):
-        await self._wait_writable(fd, self._on_sendfile_writable, self.create_future())
+        await wait_writable(self, fd, self._on_sendfile_writable, self.create_future())
 
     def _on_sendfile_writable(self, fut, fd):
         if not fut.done():
-            self._write_finished(fd, fut, None, None)
+            self._remove_writer(fd)
+            fut.set_result(None)
 
     async def _sock_sendfile_fallback(self, sock, file, offset, count):
         if offset:
@@ -278,9 +279,7 @@ class SendfileMixin:
         fd = transp._sock_fd
         # While the socket is lent out, the fd is not the transport's: the
         # sock_* calls below may register callbacks on it.
-        lent = self._transports.get(fd) is transp
-        if lent:
-            del self._transports[fd]
+        lent = self._detach_transport(fd, transp)
         resume_reading = transp.is_reading()
         transp.pause_reading()
         try:
@@ -301,9 +300,10 @@ class SendfileMixin:
     def _restore_transport(self, transp, fd, resume_reading, lent):
         if resume_reading:
             transp.resume_reading()
-        # Give the fd back unless the transport closed meanwhile.
-        if lent and getattr(transp, "_sock", None) is not None and fd not in self._transports:
-            self._transports[fd] = transp
+        # Give the fd back unless the transport closed meanwhile.  While the
+        # transport's socket is open, the fd number is not anybody else's.
+        if lent and getattr(transp, "_sock", None) is not None:
+            self._attach_transport(fd, transp)
 
     async def _sendfile_fallback(self, transp, file, offset, count):
         if offset:

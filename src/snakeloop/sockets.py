@@ -42,9 +42,9 @@ import socket
 import sys
 
 from .dns import ensure_resolved
-from .transports.recvbuffer import RECV_BUFFER_SIZE, recv_buffer
+from .transports.recvbuffer import RECV_BUFFER_SIZE
 
-__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket"]
+__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket", "wait_readable", "wait_writable"]
 
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
 _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6) if _HAS_IPV6 else (socket.AF_INET,)
@@ -61,14 +61,14 @@ _Socket = socket.socket
 
 def _recv(loop, sock, n):
     if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
-        view = recv_buffer(loop)
+        view = loop._stream_recv_buffer()
         return bytes(view[: sock.recv_into(view, n)])
     return sock.recv(n)
 
 
 def _recvfrom(loop, sock, n):
     if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
-        view = recv_buffer(loop)
+        view = loop._stream_recv_buffer()
         nbytes, addr = sock.recvfrom_into(view, n)
         return bytes(view[:nbytes]), addr
     return sock.recvfrom(n)
@@ -80,6 +80,38 @@ def check_ssl_socket(sock):
     ssl = sys.modules.get("ssl")
     if ssl is not None and isinstance(sock, ssl.SSLSocket):
         raise TypeError("Socket cannot be of type SSLSocket")
+
+
+async def wait_readable(loop, fd, callback, fut, *args):
+    """Register ``callback(fut, fd, *args)`` for reading ``fd``; await ``fut``.
+
+    On the way out the registration is removed, unless another operation
+    has since taken the fd over.
+    """
+    loop._ensure_fd_no_transport(fd)
+    handle = loop._add_reader(fd, callback, fut, fd, *args)
+    try:
+        return await fut
+    finally:
+        if loop._get_reader(fd) is handle:
+            loop._remove_reader(fd)
+        fut = handle = None  # no cycle through a raised exception's frame
+
+
+async def wait_writable(loop, fd, callback, fut, *args):
+    """Register ``callback(fut, fd, *args)`` for writing ``fd``; await ``fut``.
+
+    On the way out the registration is removed, unless another operation
+    has since taken the fd over.
+    """
+    loop._ensure_fd_no_transport(fd)
+    handle = loop._add_writer(fd, callback, fut, fd, *args)
+    try:
+        return await fut
+    finally:
+        if loop._get_writer(fd) is handle:
+            loop._remove_writer(fd)
+        fut = handle = None
 
 
 class _Unsent:
@@ -101,28 +133,6 @@ class SocketMixin:
         check_ssl_socket(sock)
         if self._debug and sock.gettimeout() != 0:
             raise ValueError(NOT_NONBLOCKING)
-
-    async def _wait_readable(self, fd, callback, fut, *args):
-        """Register ``callback(fut, fd, *args)`` for reading; await ``fut``."""
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_reader(fd, callback, fut, fd, *args)
-        try:
-            return await fut
-        finally:
-            if self._readers.get(fd) is handle:
-                self._remove_reader(fd)
-            fut = handle = None  # no cycle through a raised exception's frame
-
-    async def _wait_writable(self, fd, callback, fut, *args):
-        """Register ``callback(fut, fd, *args)`` for writing; await ``fut``."""
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_writer(fd, callback, fut, fd, *args)
-        try:
-            return await fut
-        finally:
-            if self._writers.get(fd) is handle:
-                self._remove_writer(fd)
-            fut = handle = None
 
     def _read_finished(self, fd, fut, result, exc):
         self._remove_reader(fd)
@@ -155,8 +165,8 @@ class SocketMixin:
             return _recv(self, sock, n)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recv, self.create_future(), sock, n
+        return await wait_readable(
+            self, sock.fileno(), self._on_recv, self.create_future(), sock, n
         )
 
     def _on_recv(self, fut, fd, sock, n):
@@ -181,8 +191,8 @@ class SocketMixin:
             return sock.recv_into(buf)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recv_into, self.create_future(), sock, buf
+        return await wait_readable(
+            self, sock.fileno(), self._on_recv_into, self.create_future(), sock, buf
         )
 
     def _on_recv_into(self, fut, fd, sock, buf):
@@ -207,8 +217,8 @@ class SocketMixin:
             return _recvfrom(self, sock, bufsize)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recvfrom, self.create_future(), sock, bufsize
+        return await wait_readable(
+            self, sock.fileno(), self._on_recvfrom, self.create_future(), sock, bufsize
         )
 
     def _on_recvfrom(self, fut, fd, sock, bufsize):
@@ -235,8 +245,8 @@ class SocketMixin:
             return sock.recvfrom_into(buf, nbytes)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recvfrom_into, self.create_future(), sock, buf, nbytes
+        return await wait_readable(
+            self, sock.fileno(), self._on_recvfrom_into, self.create_future(), sock, buf, nbytes
         )
 
     def _on_recvfrom_into(self, fut, fd, sock, buf, nbytes):
@@ -268,7 +278,8 @@ class SocketMixin:
         view = memoryview(data)
         if view.itemsize != 1:
             view = view.cast("B")
-        return await self._wait_writable(
+        return await wait_writable(
+            self,
             sock.fileno(),
             self._on_sendall,
             self.create_future(),
@@ -302,8 +313,8 @@ class SocketMixin:
             return sock.sendto(data, address)
         except _RETRY:
             pass
-        return await self._wait_writable(
-            sock.fileno(), self._on_sendto, self.create_future(), sock, data, address
+        return await wait_writable(
+            self, sock.fileno(), self._on_sendto, self.create_future(), sock, data, address
         )
 
     def _on_sendto(self, fut, fd, sock, data, address):
@@ -338,8 +349,8 @@ class SocketMixin:
             pass
         else:
             return None
-        return await self._wait_writable(
-            sock.fileno(), self._on_connect, self.create_future(), sock, address
+        return await wait_writable(
+            self, sock.fileno(), self._on_connect, self.create_future(), sock, address
         )
 
     def _on_connect(self, fut, fd, sock, address):
@@ -371,7 +382,7 @@ class SocketMixin:
         else:
             conn.setblocking(False)
             return conn, address
-        return await self._wait_readable(sock.fileno(), self._on_accept, self.create_future(), sock)
+        return await wait_readable(self, sock.fileno(), self._on_accept, self.create_future(), sock)
 
     def _on_accept(self, fut, fd, sock):
         if fut.done():

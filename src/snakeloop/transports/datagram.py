@@ -35,7 +35,6 @@ import socket
 import sys
 from asyncio import constants, transports
 
-from .recvbuffer import recv_buffer
 from .socketbase import SocketTransportBase
 
 __all__ = ["DatagramSocketTransport"]
@@ -74,7 +73,7 @@ class DatagramSocketTransport(*_BASES):
         self._attach_socket(loop, sock)
         self._connected = bool(self._extra["peername"])
         self._address = address
-        self._recv_view = recv_buffer(loop)
+        self._recv_view = loop._stream_recv_buffer()
         self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
         self._protocol = protocol
         self._protocol_connected = True

@@ -62,7 +62,7 @@ class SocketTransportBase(FlowControlMixin):
     def _start(self, waiter):
         """The last step of ``__init__``: tell the protocol, then read."""
         loop = self._loop
-        loop._transports[self._sock_fd] = self
+        loop._attach_transport(self._sock_fd, self)
         loop.call_soon(self._protocol.connection_made, self)
         # Reading starts after connection_made has run.
         loop.call_soon(self._add_reader)
@@ -78,8 +78,9 @@ class SocketTransportBase(FlowControlMixin):
         info.append(f"fd={self._sock_fd}")
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            info.append("read=polling" if self._sock_fd in loop._readers else "read=idle")
-            state = "polling" if self._sock_fd in loop._writers else "idle"
+            reading = loop._get_reader(self._sock_fd) is not None
+            info.append("read=polling" if reading else "read=idle")
+            state = "idle" if loop._get_writer(self._sock_fd) is None else "polling"
             info.append(f"write=<{state}, bufsize={self.get_write_buffer_size()}>")
         return "<{}>".format(" ".join(info))
 
@@ -160,9 +161,7 @@ class SocketTransportBase(FlowControlMixin):
             if self._protocol_connected:
                 self._protocol.connection_lost(exc)
         finally:
-            loop = self._loop
-            if loop._transports.get(self._sock_fd) is self:
-                del loop._transports[self._sock_fd]
+            self._loop._detach_transport(self._sock_fd, self)
             self._sock.close()
             self._sock = None
             self._protocol = None

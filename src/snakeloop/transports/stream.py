@@ -104,7 +104,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             previous is not None
             and previous != buffered
             and self._loop is not None
-            and self._sock_fd in self._loop._readers
+            and self._loop._get_reader(self._sock_fd) is not None
         ):
             # Switch the registered reader to the new kind of protocol.
             self._loop._add_reader(self._sock_fd, self._read_callback())
