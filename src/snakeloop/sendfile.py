@@ -44,8 +44,13 @@ import sys
 from asyncio import constants, protocols
 from asyncio import transports as aio_transports
 from asyncio.exceptions import SendfileNotAvailableError
+from typing import IO, TYPE_CHECKING
 
+from ._core.contract import LoopMixinBase
 from .sockets import NOT_NONBLOCKING, check_ssl_socket, wait_writable
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["SendfileMixin", "check_sendfile_params"]
 
@@ -63,7 +68,9 @@ _BURST_BYTES = 4 * 1024 * 1024
 _TRANSPORT_FALLBACK_BLOCK = 64 * 1024
 
 
-def check_sendfile_params(sock, file, offset, count):
+def check_sendfile_params(
+    sock: socket.socket, file: IO[bytes], offset: int, count: int | None
+) -> None:
     """asyncio's argument checks for ``sock_sendfile``, with its messages."""
     if "b" not in getattr(file, "mode", "b"):
         raise ValueError("file should be opened in binary mode")
@@ -89,7 +96,7 @@ class _Burst:
         self.sent = 0
         self.attempts = 0
         self.end_of_file = False
-        self.error = None
+        self.error: OSError | None = None
 
 
 def _send_burst(out_fd, in_fd, offset, count, chunk) -> _Burst:
@@ -124,12 +131,20 @@ def _send_burst(out_fd, in_fd, offset, count, chunk) -> _Burst:
     return burst
 
 
-class SendfileMixin:
+class SendfileMixin(LoopMixinBase):
     """``sock_sendfile`` and ``sendfile``; builds on ``SocketMixin``."""
 
     # -- sockets ------------------------------------------------------------------
 
-    async def sock_sendfile(self, sock, file, offset=0, count=None, *, fallback=True):
+    async def sock_sendfile(
+        self,
+        sock: socket.socket,
+        file: IO[bytes],
+        offset: int = 0,
+        count: int | None = None,
+        *,
+        fallback: bool | None = True,
+    ) -> int:
         """Send ``file`` over the stream socket ``sock``; return the bytes sent.
 
         ``os.sendfile`` is used when the file allows it; otherwise the file
@@ -250,7 +265,15 @@ class SendfileMixin:
 
     # -- transports -----------------------------------------------------------------
 
-    async def sendfile(self, transport, file, offset=0, count=None, *, fallback=True):
+    async def sendfile(
+        self,
+        transport: aio_transports.WriteTransport,
+        file: IO[bytes],
+        offset: int = 0,
+        count: int | None = None,
+        *,
+        fallback: bool = True,
+    ) -> int:
         """Send ``file`` through ``transport``; return the bytes sent.
 
         A plain socket transport lends its socket to ``sock_sendfile``
@@ -339,7 +362,9 @@ class _FallbackProtocol(protocols.Protocol):
     ``connection_lost`` is passed on to the real protocol.
     """
 
-    def __init__(self, loop, transp):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, transp: aio_transports.BaseTransport
+    ) -> None:
         if not isinstance(transp, aio_transports._FlowControlMixin):
             raise TypeError("transport should be _FlowControlMixin instance")
         self._loop = loop
@@ -350,19 +375,21 @@ class _FallbackProtocol(protocols.Protocol):
         transp.pause_reading()
         transp.set_protocol(self)
         # A future while writing is paused, else None.
-        self._writable = loop.create_future() if self._resume_writing else None
+        self._writable: asyncio.Future[bool] | None = (
+            loop.create_future() if self._resume_writing else None
+        )
 
-    async def drain(self):
+    async def drain(self) -> None:
         if self._transport.is_closing():
             raise ConnectionError("Connection closed by peer")
         writable = self._writable
         if writable is not None:
             await writable
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: aio_transports.BaseTransport) -> None:
         raise RuntimeError("Invalid state: connection should have been established already.")
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         writable = self._writable
         if writable is not None and not writable.done():
             # The peer went away before the whole file was written: that is
@@ -373,23 +400,23 @@ class _FallbackProtocol(protocols.Protocol):
                 writable.set_exception(exc)
         self._proto.connection_lost(exc)
 
-    def pause_writing(self):
+    def pause_writing(self) -> None:
         if self._writable is None:
             self._writable = self._loop.create_future()
 
-    def resume_writing(self):
+    def resume_writing(self) -> None:
         writable = self._writable
         if writable is not None:
             self._writable = None
             writable.set_result(False)
 
-    def data_received(self, data):
+    def data_received(self, data: bytes) -> None:
         raise RuntimeError("Invalid state: reading should be paused")
 
-    def eof_received(self):
+    def eof_received(self) -> bool | None:
         raise RuntimeError("Invalid state: reading should be paused")
 
-    def restore(self):
+    def restore(self) -> None:
         self._transport.set_protocol(self._proto)
         if self._resume_reading:
             self._transport.resume_reading()

@@ -40,9 +40,20 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
+from ._core.contract import LoopMixinBase
 from .dns import ensure_resolved
 from .transports.recvbuffer import RECV_BUFFER_SIZE
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+    from socket import _Address, _RetAddress
+
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
+    from ._core.contract import LoopContract
 
 __all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket", "wait_readable", "wait_writable"]
 
@@ -74,7 +85,7 @@ def _recvfrom(loop, sock, n):
     return sock.recvfrom(n)
 
 
-def check_ssl_socket(sock):
+def check_ssl_socket(sock: socket.socket) -> None:
     """Refuse an ``ssl.SSLSocket``: its I/O does not map to readiness."""
     # If the ssl module was never imported, no SSLSocket can exist.
     ssl = sys.modules.get("ssl")
@@ -82,7 +93,13 @@ def check_ssl_socket(sock):
         raise TypeError("Socket cannot be of type SSLSocket")
 
 
-async def wait_readable(loop, fd, callback, fut, *args):
+async def wait_readable(
+    loop: LoopContract,
+    fd: int,
+    callback: Callable[..., object],
+    fut: asyncio.Future[Any],
+    *args: Any,
+) -> Any:
     """Register ``callback(fut, fd, *args)`` for reading ``fd``; await ``fut``.
 
     On the way out the registration is removed, unless another operation
@@ -95,10 +112,16 @@ async def wait_readable(loop, fd, callback, fut, *args):
     finally:
         if loop._get_reader(fd) is handle:
             loop._remove_reader(fd)
-        fut = handle = None  # no cycle through a raised exception's frame
+        del fut, handle  # no cycle through a raised exception's frame
 
 
-async def wait_writable(loop, fd, callback, fut, *args):
+async def wait_writable(
+    loop: LoopContract,
+    fd: int,
+    callback: Callable[..., object],
+    fut: asyncio.Future[Any],
+    *args: Any,
+) -> Any:
     """Register ``callback(fut, fd, *args)`` for writing ``fd``; await ``fut``.
 
     On the way out the registration is removed, unless another operation
@@ -111,7 +134,7 @@ async def wait_writable(loop, fd, callback, fut, *args):
     finally:
         if loop._get_writer(fd) is handle:
             loop._remove_writer(fd)
-        fut = handle = None
+        del fut, handle
 
 
 class _Unsent:
@@ -119,11 +142,11 @@ class _Unsent:
 
     __slots__ = ("view",)
 
-    def __init__(self, view):
+    def __init__(self, view: memoryview) -> None:
         self.view = view
 
 
-class SocketMixin:
+class SocketMixin(LoopMixinBase):
     """``sock_recv`` & co. on top of ``_add_reader``/``_add_writer``."""
 
     # -- shared plumbing ------------------------------------------------------
@@ -158,7 +181,7 @@ class SocketMixin:
     # traceback keeps the callback's frame, and a future left in it would
     # make future -> error -> traceback -> frame -> future, a cycle.
 
-    async def sock_recv(self, sock, n):
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
         self._check_sock(sock)
         try:
@@ -184,7 +207,7 @@ class SocketMixin:
         else:
             self._read_finished(fd, fut, data, None)
 
-    async def sock_recv_into(self, sock, buf):
+    async def sock_recv_into(self, sock: socket.socket, buf: WriteableBuffer) -> int:
         """Receive into the writable buffer ``buf``; return the byte count."""
         self._check_sock(sock)
         try:
@@ -210,7 +233,7 @@ class SocketMixin:
         else:
             self._read_finished(fd, fut, nbytes, None)
 
-    async def sock_recvfrom(self, sock, bufsize):
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _RetAddress]:
         """Receive one datagram: ``(data, address)``."""
         self._check_sock(sock)
         try:
@@ -236,11 +259,15 @@ class SocketMixin:
         else:
             self._read_finished(fd, fut, result, None)
 
-    async def sock_recvfrom_into(self, sock, buf, nbytes=0):
+    async def sock_recvfrom_into(
+        self, sock: socket.socket, buf: WriteableBuffer, nbytes: int = 0
+    ) -> tuple[int, _RetAddress]:
         """Receive one datagram into ``buf``: ``(nbytes, address)``."""
         self._check_sock(sock)
         if not nbytes:
-            nbytes = len(buf)
+            # Every buffer a socket takes has a length; typeshed's Buffer
+            # protocol does not say so.
+            nbytes = len(buf)  # type: ignore[arg-type]
         try:
             return sock.recvfrom_into(buf, nbytes)
         except _RETRY:
@@ -266,14 +293,14 @@ class SocketMixin:
 
     # -- sending --------------------------------------------------------------
 
-    async def sock_sendall(self, sock, data):
+    async def sock_sendall(self, sock: socket.socket, data: ReadableBuffer) -> None:
         """Send all of ``data``; partial sends resume when writable."""
         self._check_sock(sock)
         try:
             sent = sock.send(data)
         except _RETRY:
             sent = 0
-        if sent == len(data):
+        if sent == len(data):  # type: ignore[arg-type]  # as for sock_recvfrom_into
             return None
         view = memoryview(data)
         if view.itemsize != 1:
@@ -306,7 +333,9 @@ class SocketMixin:
         else:
             unsent.view = view[sent:]
 
-    async def sock_sendto(self, sock, data, address):
+    async def sock_sendto(
+        self, sock: socket.socket, data: ReadableBuffer, address: _Address
+    ) -> int:
         """Send one datagram to ``address``; return the bytes sent."""
         self._check_sock(sock)
         try:
@@ -334,7 +363,7 @@ class SocketMixin:
 
     # -- connecting and accepting --------------------------------------------
 
-    async def sock_connect(self, sock, address):
+    async def sock_connect(self, sock: socket.socket, address: _Address) -> None:
         """Connect ``sock`` to ``address``, resolving a host name first."""
         self._check_sock(sock)
         if sock.family in _INET_FAMILIES:
@@ -372,7 +401,7 @@ class SocketMixin:
         else:
             self._write_finished(fd, fut, None, None)
 
-    async def sock_accept(self, sock):
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, _RetAddress]:
         """Accept a connection: ``(conn, address)``, ``conn`` non-blocking."""
         self._check_sock(sock)
         try:
