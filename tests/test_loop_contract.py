@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import time
 
 import pytest
 from _loopkit import Raised, outcome
@@ -200,6 +201,58 @@ def test_a_cancelled_sock_sendall_leaves_the_writer_that_replaced_it(any_loop):
     finally:
         a.close()
         b.close()
+
+
+def _worker_done_before_finish(loop):
+    """Make every _call_blocking of ``loop`` return only once its worker is done.
+
+    That is the order a busy machine sometimes picks: the worker thread runs
+    the whole call before the loop thread gets the GIL back.
+    """
+    call_blocking = loop._call_blocking
+
+    def finished_first(func, *args):
+        call = call_blocking(func, *args)
+        call._future.exception()  # waits for the worker
+        return call
+
+    loop._call_blocking = finished_first
+
+
+def test_native_sendfile_lets_the_loop_run_while_it_sends(any_loop, data_file):
+    # asyncio waits for the socket after each send, so other callbacks run
+    # before sendfile() returns; snakeloop's worker may be done before the
+    # loop looks, and the loop must still get its iteration.
+    if hasattr(any_loop, "_call_blocking"):
+        _worker_done_before_finish(any_loop)
+
+    async def main():
+        transport, protocol, peer = await _connect(any_loop)
+        reading = asyncio.ensure_future(_drain(any_loop, peer))
+        ran = []
+        any_loop.call_soon(ran.append, "other callback")
+        sent = await any_loop.sendfile(transport, data_file)
+        ran_during_sendfile = list(ran)
+        transport.close()
+        received = await reading
+        await protocol.lost
+        peer.close()
+        return sent, received, ran_during_sendfile
+
+    assert run(any_loop, main()) == (len(DATA), len(DATA), ["other callback"])
+
+
+def test_a_blocking_call_that_is_over_still_yields_once(loop):
+    async def main():
+        call = loop._call_blocking(sum, (1, 2))
+        while not call._future.done():
+            time.sleep(0.001)  # the worker finishes while the loop thread waits
+        ran = []
+        loop.call_soon(ran.append, "other callback")
+        cancelled = await call.finish()
+        return cancelled, call.ran(), call.result(), list(ran)
+
+    assert run(loop, main()) == (None, True, 3, ["other callback"])
 
 
 # -- snakeloop's own: one receive buffer per loop -------------------------------

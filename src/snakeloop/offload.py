@@ -15,6 +15,12 @@ finish before it unwinds (``BlockingCall.finish`` returns the cancellation
 instead of raising it): the caller must know what the call did, such as how
 many bytes ``sendfile`` sent, to leave things consistent.  A call that has
 not started yet is dropped instead.
+
+``finish`` returns once the loop thread has heard that the call is over,
+never straight away, even when the worker was done before ``finish`` was
+called: so the loop runs at least one iteration during every call, as it
+does while asyncio's native sendfile waits for the socket, and whether it
+does no longer depends on which thread the scheduler ran first.
 """
 
 from __future__ import annotations
@@ -48,11 +54,12 @@ class _Wakeup:
     it: that would be a reference cycle per call.
     """
 
-    __slots__ = ("loop", "waiter")
+    __slots__ = ("loop", "waiter", "heard")
 
     def __init__(self, loop: LoopContract) -> None:
         self.loop = loop
         self.waiter: asyncio.Future[None] | None = None
+        self.heard = False  # set in the loop thread once the call is over
 
 
 def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future[object]) -> None:
@@ -64,6 +71,7 @@ def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future[object]) -> None
 
 
 def _wake(wakeup: _Wakeup) -> None:
+    wakeup.heard = True
     waiter = wakeup.waiter
     if waiter is not None and not waiter.done():
         waiter.set_result(None)
@@ -85,7 +93,7 @@ class BlockingCall(Generic[_T]):
         cancelled = None
         future = self._future
         wakeup = self._wakeup
-        while not future.done():
+        while not wakeup.heard:
             waiter = wakeup.waiter = self._loop.create_future()
             try:
                 await waiter
