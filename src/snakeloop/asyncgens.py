@@ -13,10 +13,12 @@ import warnings
 import weakref
 from asyncio import tasks
 
+from ._core.contract import LoopMixinBase
+
 __all__ = ["AsyncGenMixin"]
 
 
-class AsyncGenMixin:
+class AsyncGenMixin(LoopMixinBase):
     """Hooks and ``shutdown_asyncgens``."""
 
     def _init_asyncgens(self):
@@ -40,7 +42,7 @@ class AsyncGenMixin:
             )
         self._asyncgens.add(agen)
 
-    async def shutdown_asyncgens(self):
+    async def shutdown_asyncgens(self) -> None:
         """Close every async generator that is still alive."""
         self._asyncgens_shutdown_called = True
         if not len(self._asyncgens):

@@ -24,17 +24,23 @@ OS facts this module relies on:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 from . import unixpaths
+from ._core.contract import LoopMixinBase
 from .dns import ensure_resolved
 from .transports.datagram import DatagramSocketTransport
 
 __all__ = ["DatagramMixin"]
 
 logger = logging.getLogger("asyncio")
+
+_ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
@@ -75,7 +81,7 @@ def _check_given_socket(
         )
 
 
-class DatagramMixin:
+class DatagramMixin(LoopMixinBase):
     """``create_datagram_endpoint``; builds on ``SocketMixin.sock_connect``."""
 
     def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):
@@ -83,19 +89,20 @@ class DatagramMixin:
             self._ensure_fd_no_transport(sock)
         return DatagramSocketTransport(self, sock, protocol, address, waiter, extra)
 
-    async def create_datagram_endpoint(
+    # typeshed still lists reuse_address, which asyncio dropped in 3.11.
+    async def create_datagram_endpoint(  # type: ignore[override]
         self,
-        protocol_factory,
-        local_addr=None,
-        remote_addr=None,
+        protocol_factory: Callable[[], _ProtocolT],
+        local_addr: tuple[str, int] | str | None = None,
+        remote_addr: tuple[str, int] | str | None = None,
         *,
-        family=0,
-        proto=0,
-        flags=0,
-        reuse_port=None,
-        allow_broadcast=None,
-        sock=None,
-    ):
+        family: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+        reuse_port: bool | None = None,
+        allow_broadcast: bool | None = None,
+        sock: socket.socket | None = None,
+    ) -> tuple[asyncio.DatagramTransport, _ProtocolT]:
         """Create a datagram endpoint: ``(transport, protocol)``."""
         cancelled = None
         if sock is not None:

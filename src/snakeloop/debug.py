@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from asyncio import constants, coroutines
 
+from ._core.contract import LoopMixinBase
+
 __all__ = ["DebugMixin", "debug_from_environment"]
 
 
@@ -21,19 +23,21 @@ def debug_from_environment() -> bool:
     asyncio's own switch is asked, so anything that overrides it for asyncio
     (tests patch it) overrides it for snakeloop too.
     """
-    return bool(coroutines._is_debug_mode())
+    return bool(coroutines._is_debug_mode())  # type: ignore[attr-defined]  # not in typeshed
 
 
-class DebugMixin:
+class DebugMixin(LoopMixinBase):
     """``get_debug``/``set_debug`` and coroutine-origin tracking."""
+
+    _debug: bool  # the core loop's flag; this mixin is the one that sets it
 
     _origin_tracking_enabled = False
     _origin_tracking_saved_depth = 0
 
-    def get_debug(self):
+    def get_debug(self) -> bool:
         return self._debug
 
-    def set_debug(self, enabled):
+    def set_debug(self, enabled: bool) -> None:
         self._debug = enabled
         if self.is_running():
             self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-__all__ = ["DnsMixin", "ensure_resolved", "interleave_addrinfos", "numeric_addrinfo"]
+if TYPE_CHECKING:
+    import asyncio
+    from socket import _GetAddrInfoResult
+
+from ._core.contract import LoopMixinBase
+
+__all__ = ["AddrInfo", "DnsMixin", "ensure_resolved", "interleave_addrinfos", "numeric_addrinfo"]
+
+# One getaddrinfo() entry: (family, type, proto, canonname, sockaddr).
+AddrInfo: TypeAlias = tuple[int, int, int, str, tuple[Any, ...]]
 
 logger = logging.getLogger("asyncio")
 
 
-class DnsMixin:
+class DnsMixin(LoopMixinBase):
     """``getaddrinfo`` and ``getnameinfo``."""
 
     def _getaddrinfo_debug(self, host, port, family, type, proto, flags):
@@ -40,18 +51,37 @@ class DnsMixin:
             logger.debug(msg)
         return addrinfo
 
-    async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
+    async def getaddrinfo(
+        self,
+        host: bytes | str | None,
+        port: bytes | str | int | None,
+        *,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> _GetAddrInfoResult:
         resolve = self._getaddrinfo_debug if self._debug else socket.getaddrinfo
         return await self.run_in_executor(None, resolve, host, port, family, type, proto, flags)
 
-    async def getnameinfo(self, sockaddr, flags=0):
+    async def getnameinfo(
+        self, sockaddr: tuple[str, int] | tuple[str, int, int, int], flags: int = 0
+    ) -> tuple[str, str]:
         return await self.run_in_executor(None, socket.getnameinfo, sockaddr, flags)
 
 
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
 
 
-def numeric_addrinfo(host, port, family, type, proto, flowinfo=0, scopeid=0):
+def numeric_addrinfo(
+    host: bytes | str | None,
+    port: bytes | str | int | None,
+    family: int,
+    type: int,
+    proto: int,
+    flowinfo: int = 0,
+    scopeid: int = 0,
+) -> AddrInfo | None:
     """The getaddrinfo() entry for a numeric IP host, or None.
 
     Numeric addresses need no resolver thread: ``inet_pton`` says whether
@@ -73,6 +103,7 @@ def numeric_addrinfo(host, port, family, type, proto, flowinfo=0, scopeid=0):
             port = int(port)
         except (TypeError, ValueError):
             return None
+    families: list[int]
     if family == socket.AF_UNSPEC:
         families = [socket.AF_INET, socket.AF_INET6] if _HAS_IPV6 else [socket.AF_INET]
     else:
@@ -93,7 +124,15 @@ def numeric_addrinfo(host, port, family, type, proto, flowinfo=0, scopeid=0):
     return None
 
 
-async def ensure_resolved(loop, address, *, family=0, type=socket.SOCK_STREAM, proto=0, flags=0):
+async def ensure_resolved(
+    loop: asyncio.AbstractEventLoop,
+    address: Any,
+    *,
+    family: int = 0,
+    type: int = socket.SOCK_STREAM,
+    proto: int = 0,
+    flags: int = 0,
+) -> Sequence[AddrInfo]:
     """Address infos for ``address`` ((host, port, ...)), resolving if needed."""
     host, port = address[:2]
     info = numeric_addrinfo(host, port, family, type, proto, *address[2:])
@@ -102,13 +141,15 @@ async def ensure_resolved(loop, address, *, family=0, type=socket.SOCK_STREAM, p
     return await loop.getaddrinfo(host, port, family=family, type=type, proto=proto, flags=flags)
 
 
-def interleave_addrinfos(addrinfos, first_address_family_count=1):
+def interleave_addrinfos(
+    addrinfos: Iterable[AddrInfo], first_address_family_count: int = 1
+) -> list[AddrInfo]:
     """Reorder address infos so families alternate (RFC 8305, section 4).
 
     The first ``first_address_family_count`` entries of the first family
     come first, then one of each family in turn.
     """
-    by_family: dict[int, list] = {}
+    by_family: dict[int, list[AddrInfo]] = {}
     for info in addrinfos:
         by_family.setdefault(info[0], []).append(info)
     queues = list(by_family.values())

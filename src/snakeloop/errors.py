@@ -13,7 +13,10 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
+
+from ._core.contract import LoopMixinBase
 
 __all__ = ["ExceptionHandlingMixin"]
 
@@ -41,34 +44,40 @@ def _format_context(context: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class ExceptionHandlingMixin:
+class ExceptionHandlingMixin(LoopMixinBase):
     """``set/get/default/call_exception_handler`` for the loop."""
 
     _exception_handler: Callable[[Any, dict[str, Any]], object] | None = None
 
-    def get_exception_handler(self):
+    def get_exception_handler(self) -> Callable[[Any, dict[str, Any]], object] | None:
         """The custom handler, or None when the default one is in use."""
         return self._exception_handler
 
-    def set_exception_handler(self, handler):
+    def set_exception_handler(
+        self, handler: Callable[[Any, dict[str, Any]], object] | None
+    ) -> None:
         """Use ``handler(loop, context)``; None restores the default."""
         if handler is not None and not callable(handler):
             raise TypeError(f"A callable object or None is expected, got {handler!r}")
         self._exception_handler = handler
 
-    def default_exception_handler(self, context):
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
         """Log ``context`` on the ``asyncio`` logger."""
         exception = context.get("exception")
+        exc_info: tuple[type[BaseException], BaseException, TracebackType | None] | bool
         if exception is not None:
             exc_info = (type(exception), exception, exception.__traceback__)
         else:
             exc_info = False
         current = self._current_handle
-        if "source_traceback" not in context and current is not None and current._source_traceback:
-            context["handle_traceback"] = current._source_traceback
+        # _source_traceback: asyncio's slot of every handle, not in typeshed.
+        if (
+            "source_traceback" not in context and current is not None and current._source_traceback  # type: ignore[attr-defined]
+        ):
+            context["handle_traceback"] = current._source_traceback  # type: ignore[attr-defined]
         logger.error(_format_context(context), exc_info=exc_info)
 
-    def call_exception_handler(self, context):
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
         """Pass ``context`` to the custom handler, or the default one."""
         handler = self._exception_handler
         if handler is None:

@@ -9,13 +9,16 @@ sockets closed, so no fd outlives the race.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+import socket
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 __all__ = ["staggered_connect"]
 
 
-async def staggered_connect(attempts: Iterable[Callable[[], Awaitable[Any]]], delay: float) -> Any:
+async def staggered_connect(
+    attempts: Iterable[Callable[[], Coroutine[Any, Any, socket.socket]]], delay: float
+) -> socket.socket | None:
     """The result of the first attempt that succeeds, or None if all fail.
 
     Each attempt records its own failure (the caller collects errors); an
@@ -23,7 +26,7 @@ async def staggered_connect(attempts: Iterable[Callable[[], Awaitable[Any]]], de
     """
     loop = asyncio.get_running_loop()
     pending = iter(attempts)
-    running: set[asyncio.Task] = set()
+    running: set[asyncio.Task[socket.socket]] = set()
     winner = None
     try:
         while True:
@@ -65,6 +68,6 @@ async def staggered_connect(attempts: Iterable[Callable[[], Awaitable[Any]]], de
                         sock.close()
 
 
-def _close_if_connected(task: asyncio.Task) -> None:
+def _close_if_connected(task: asyncio.Task[socket.socket]) -> None:
     if not task.cancelled() and task.exception() is None:
         task.result().close()

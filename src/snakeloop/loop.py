@@ -52,6 +52,7 @@ from .sockets import SocketMixin
 from .subprocess import SubprocessMixin
 from .tls import TLSMixin
 from .transports.pipes import PipesMixin
+from .transports.recvbuffer import RECV_BUFFER_SIZE
 
 __all__ = ["Loop"]
 
@@ -130,8 +131,10 @@ class Loop(
         self._task_factory = None
         self._exception_handler = None
         self._old_agen_hooks = None
-        self._transports = weakref.WeakValueDictionary()
-        self._stream_recv_view = None  # the stream transports' shared read buffer
+        self._transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
+            weakref.WeakValueDictionary()
+        )
+        self._shared_recv_view: memoryview | None = None  # see _stream_recv_buffer
         if stdlib_futures:
             self._future_class = asyncio.Future
             self._task_class = asyncio.Task
@@ -310,6 +313,32 @@ class Loop(
         transport = self._transports.get(fileno)
         if transport is not None and not transport.is_closing():
             raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
+
+    def _attach_transport(self, fd: int, transport: asyncio.BaseTransport) -> None:
+        """Make ``transport`` the owner of ``fd``: ``add_reader`` & co. refuse it meanwhile."""
+        self._transports[fd] = transport
+
+    def _detach_transport(self, fd: int, transport: asyncio.BaseTransport) -> bool:
+        """Drop ``transport`` as the owner of ``fd``; False if it was not the owner."""
+        if self._transports.get(fd) is transport:
+            del self._transports[fd]
+            return True
+        return False
+
+    def _get_reader(self, fd: int) -> Handle | None:
+        """The handle watching ``fd`` for reading, or None."""
+        return self._readers.get(fd)
+
+    def _get_writer(self, fd: int) -> Handle | None:
+        """The handle watching ``fd`` for writing, or None."""
+        return self._writers.get(fd)
+
+    def _stream_recv_buffer(self) -> memoryview:
+        """The one receive buffer of this loop, made on first use (see transports.recvbuffer)."""
+        view = self._shared_recv_view
+        if view is None:
+            view = self._shared_recv_view = memoryview(bytearray(RECV_BUFFER_SIZE))
+        return view
 
     def _fd_for(self, fileobj) -> int:
         """The fd of ``fileobj``; for an object that no longer has one (closed),

@@ -15,6 +15,12 @@ finish before it unwinds (``BlockingCall.finish`` returns the cancellation
 instead of raising it): the caller must know what the call did, such as how
 many bytes ``sendfile`` sent, to leave things consistent.  A call that has
 not started yet is dropped instead.
+
+``finish`` returns once the loop thread has heard that the call is over,
+never straight away, even when the worker was done before ``finish`` was
+called: so the loop runs at least one iteration during every call, as it
+does while asyncio's native sendfile waits for the socket, and whether it
+does no longer depends on which thread the scheduler ran first.
 """
 
 from __future__ import annotations
@@ -22,8 +28,22 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from asyncio import exceptions
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from ._core.contract import LoopMixinBase
+
+if TYPE_CHECKING:
+    import asyncio
+    from typing import TypeVarTuple, Unpack
+
+    from ._core.contract import LoopContract
+
+    _Ts = TypeVarTuple("_Ts")
 
 __all__ = ["BlockingCall", "OffloadMixin"]
+
+_T = TypeVar("_T")
 
 
 class _Wakeup:
@@ -34,14 +54,15 @@ class _Wakeup:
     it: that would be a reference cycle per call.
     """
 
-    __slots__ = ("loop", "waiter")
+    __slots__ = ("loop", "waiter", "heard")
 
-    def __init__(self, loop) -> None:
+    def __init__(self, loop: LoopContract) -> None:
         self.loop = loop
-        self.waiter = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.heard = False  # set in the loop thread once the call is over
 
 
-def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future) -> None:
+def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future[object]) -> None:
     # In the worker thread, or in the loop thread if dropped before it ran.
     try:
         wakeup.loop.call_soon_threadsafe(_wake, wakeup)
@@ -50,17 +71,18 @@ def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future) -> None:
 
 
 def _wake(wakeup: _Wakeup) -> None:
+    wakeup.heard = True
     waiter = wakeup.waiter
     if waiter is not None and not waiter.done():
         waiter.set_result(None)
 
 
-class BlockingCall:
+class BlockingCall(Generic[_T]):
     """One call running in the loop's worker thread."""
 
     __slots__ = ("_loop", "_future", "_wakeup")
 
-    def __init__(self, loop, future: concurrent.futures.Future) -> None:
+    def __init__(self, loop: LoopContract, future: concurrent.futures.Future[_T]) -> None:
         self._loop = loop
         self._future = future
         self._wakeup = _Wakeup(loop)
@@ -71,17 +93,20 @@ class BlockingCall:
         cancelled = None
         future = self._future
         wakeup = self._wakeup
-        while not future.done():
-            wakeup.waiter = self._loop.create_future()
+        while not wakeup.heard:
+            waiter = wakeup.waiter = self._loop.create_future()
             try:
-                await wakeup.waiter
+                await waiter
             except exceptions.CancelledError as exc:
                 cancelled = exc
                 future.cancel()  # succeeds only if the call has not started
+            finally:
+                # Only wakeup holds it: a cancellation's traceback keeps this frame.
+                del waiter
         wakeup.waiter = None
         return cancelled
 
-    def result(self):
+    def result(self) -> _T:
         """The call's return value; raises what the call raised."""
         return self._future.result()
 
@@ -90,11 +115,11 @@ class BlockingCall:
         return not self._future.cancelled()
 
 
-class OffloadMixin:
+class OffloadMixin(LoopMixinBase):
     """The loop's worker thread for its own blocking calls."""
 
     def _init_offload(self) -> None:
-        self._offload_executor = None
+        self._offload_executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _close_offload(self) -> None:
         executor = self._offload_executor
@@ -103,7 +128,7 @@ class OffloadMixin:
             # As for the default executor: close() does not wait for it.
             executor.shutdown(wait=False)
 
-    def _call_blocking(self, func, *args) -> BlockingCall:
+    def _call_blocking(self, func: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> BlockingCall[_T]:
         """Start ``func(*args)`` in the worker thread; await ``.finish()`` on the result."""
         executor = self._offload_executor
         if executor is None:

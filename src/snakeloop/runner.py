@@ -1,16 +1,19 @@
 """Entry points: ``run``, ``Runner``, ``install`` and the policy.
 
-``Runner`` is asyncio's own ``asyncio.Runner`` with snakeloop as its loop
-factory, so the lifecycle is exactly asyncio's: Ctrl-C cancels the main
-task, leftover tasks are cancelled, async generators and the default
-executor are shut down, and the loop is closed.
+``Runner`` hands every call to an ``asyncio.Runner`` whose loop factory
+is snakeloop's, so the lifecycle is exactly asyncio's: Ctrl-C cancels the
+main task, leftover tasks are cancelled, async generators and the default
+executor are shut down, and the loop is closed.  It wraps rather than
+subclasses ``asyncio.Runner``, which is final (typeshed marks it so).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from asyncio import events
 from collections.abc import Callable, Coroutine
+from types import TracebackType
 from typing import Any, TypeVar
 
 from .loop import Loop
@@ -25,8 +28,14 @@ def new_event_loop(**options: Any) -> Loop:
     return Loop(**options)
 
 
-class Runner(asyncio.Runner):
-    """``asyncio.Runner`` whose loop is a snakeloop loop by default."""
+class Runner:
+    """``asyncio.Runner`` whose loop is a snakeloop loop by default.
+
+    Several ``run()`` calls share one loop and one context; the loop is
+    made on first use and closed by ``close()`` or at the end of ``with``.
+    """
+
+    __slots__ = ("_runner",)
 
     def __init__(
         self,
@@ -34,7 +43,33 @@ class Runner(asyncio.Runner):
         debug: bool | None = None,
         loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
     ) -> None:
-        super().__init__(debug=debug, loop_factory=loop_factory or new_event_loop)
+        self._runner = asyncio.Runner(debug=debug, loop_factory=loop_factory or new_event_loop)
+
+    def __enter__(self) -> Runner:
+        self._runner.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self._runner.__exit__(exc_type, exc_val, exc_tb)
+
+    def close(self) -> None:
+        """Shut down and close the loop."""
+        self._runner.close()
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The runner's loop, made now if it was not yet."""
+        return self._runner.get_loop()
+
+    def run(
+        self, coro: Coroutine[Any, Any, _T], *, context: contextvars.Context | None = None
+    ) -> _T:
+        """Run ``coro`` on the runner's loop until it is done; return its result."""
+        return self._runner.run(coro, context=context)
 
 
 def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:

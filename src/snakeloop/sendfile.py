@@ -44,8 +44,13 @@ import sys
 from asyncio import constants, protocols
 from asyncio import transports as aio_transports
 from asyncio.exceptions import SendfileNotAvailableError
+from typing import IO, TYPE_CHECKING
 
-from .sockets import NOT_NONBLOCKING, check_ssl_socket
+from ._core.contract import LoopMixinBase
+from .sockets import NOT_NONBLOCKING, check_ssl_socket, wait_writable
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["SendfileMixin", "check_sendfile_params"]
 
@@ -63,7 +68,9 @@ _BURST_BYTES = 4 * 1024 * 1024
 _TRANSPORT_FALLBACK_BLOCK = 64 * 1024
 
 
-def check_sendfile_params(sock, file, offset, count):
+def check_sendfile_params(
+    sock: socket.socket, file: IO[bytes], offset: int, count: int | None
+) -> None:
     """asyncio's argument checks for ``sock_sendfile``, with its messages."""
     if "b" not in getattr(file, "mode", "b"):
         raise ValueError("file should be opened in binary mode")
@@ -89,7 +96,7 @@ class _Burst:
         self.sent = 0
         self.attempts = 0
         self.end_of_file = False
-        self.error = None
+        self.error: OSError | None = None
 
 
 def _send_burst(out_fd, in_fd, offset, count, chunk) -> _Burst:
@@ -124,12 +131,20 @@ def _send_burst(out_fd, in_fd, offset, count, chunk) -> _Burst:
     return burst
 
 
-class SendfileMixin:
+class SendfileMixin(LoopMixinBase):
     """``sock_sendfile`` and ``sendfile``; builds on ``SocketMixin``."""
 
     # -- sockets ------------------------------------------------------------------
 
-    async def sock_sendfile(self, sock, file, offset=0, count=None, *, fallback=True):
+    async def sock_sendfile(
+        self,
+        sock: socket.socket,
+        file: IO[bytes],
+        offset: int = 0,
+        count: int | None = None,
+        *,
+        fallback: bool | None = True,
+    ) -> int:
         """Send ``file`` over the stream socket ``sock``; return the bytes sent.
 
         ``os.sendfile`` is used when the file allows it; otherwise the file
@@ -215,11 +230,12 @@ class SendfileMixin:
         return total
 
     async def _sendfile_writable(self, fd):
-        await self._wait_writable(fd, self._on_sendfile_writable, self.create_future())
+        await wait_writable(self, fd, self._on_sendfile_writable, self.create_future())
 
     def _on_sendfile_writable(self, fut, fd):
         if not fut.done():
-            self._write_finished(fd, fut, None, None)
+            self._remove_writer(fd)
+            fut.set_result(None)
 
     async def _sock_sendfile_fallback(self, sock, file, offset, count):
         if offset:
@@ -249,7 +265,15 @@ class SendfileMixin:
 
     # -- transports -----------------------------------------------------------------
 
-    async def sendfile(self, transport, file, offset=0, count=None, *, fallback=True):
+    async def sendfile(
+        self,
+        transport: aio_transports.WriteTransport,
+        file: IO[bytes],
+        offset: int = 0,
+        count: int | None = None,
+        *,
+        fallback: bool = True,
+    ) -> int:
         """Send ``file`` through ``transport``; return the bytes sent.
 
         A plain socket transport lends its socket to ``sock_sendfile``
@@ -278,9 +302,7 @@ class SendfileMixin:
         fd = transp._sock_fd
         # While the socket is lent out, the fd is not the transport's: the
         # sock_* calls below may register callbacks on it.
-        lent = self._transports.get(fd) is transp
-        if lent:
-            del self._transports[fd]
+        lent = self._detach_transport(fd, transp)
         resume_reading = transp.is_reading()
         transp.pause_reading()
         try:
@@ -301,9 +323,10 @@ class SendfileMixin:
     def _restore_transport(self, transp, fd, resume_reading, lent):
         if resume_reading:
             transp.resume_reading()
-        # Give the fd back unless the transport closed meanwhile.
-        if lent and getattr(transp, "_sock", None) is not None and fd not in self._transports:
-            self._transports[fd] = transp
+        # Give the fd back unless the transport closed meanwhile.  While the
+        # transport's socket is open, the fd number is not anybody else's.
+        if lent and getattr(transp, "_sock", None) is not None:
+            self._attach_transport(fd, transp)
 
     async def _sendfile_fallback(self, transp, file, offset, count):
         if offset:
@@ -339,7 +362,9 @@ class _FallbackProtocol(protocols.Protocol):
     ``connection_lost`` is passed on to the real protocol.
     """
 
-    def __init__(self, loop, transp):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, transp: aio_transports.BaseTransport
+    ) -> None:
         if not isinstance(transp, aio_transports._FlowControlMixin):
             raise TypeError("transport should be _FlowControlMixin instance")
         self._loop = loop
@@ -350,19 +375,21 @@ class _FallbackProtocol(protocols.Protocol):
         transp.pause_reading()
         transp.set_protocol(self)
         # A future while writing is paused, else None.
-        self._writable = loop.create_future() if self._resume_writing else None
+        self._writable: asyncio.Future[bool] | None = (
+            loop.create_future() if self._resume_writing else None
+        )
 
-    async def drain(self):
+    async def drain(self) -> None:
         if self._transport.is_closing():
             raise ConnectionError("Connection closed by peer")
         writable = self._writable
         if writable is not None:
             await writable
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: aio_transports.BaseTransport) -> None:
         raise RuntimeError("Invalid state: connection should have been established already.")
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         writable = self._writable
         if writable is not None and not writable.done():
             # The peer went away before the whole file was written: that is
@@ -373,23 +400,23 @@ class _FallbackProtocol(protocols.Protocol):
                 writable.set_exception(exc)
         self._proto.connection_lost(exc)
 
-    def pause_writing(self):
+    def pause_writing(self) -> None:
         if self._writable is None:
             self._writable = self._loop.create_future()
 
-    def resume_writing(self):
+    def resume_writing(self) -> None:
         writable = self._writable
         if writable is not None:
             self._writable = None
             writable.set_result(False)
 
-    def data_received(self, data):
+    def data_received(self, data: bytes) -> None:
         raise RuntimeError("Invalid state: reading should be paused")
 
-    def eof_received(self):
+    def eof_received(self) -> bool | None:
         raise RuntimeError("Invalid state: reading should be paused")
 
-    def restore(self):
+    def restore(self) -> None:
         self._transport.set_protocol(self._proto)
         if self._resume_reading:
             self._transport.resume_reading()

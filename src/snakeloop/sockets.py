@@ -40,11 +40,22 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
+from ._core.contract import LoopMixinBase
 from .dns import ensure_resolved
-from .transports.recvbuffer import RECV_BUFFER_SIZE, recv_buffer
+from .transports.recvbuffer import RECV_BUFFER_SIZE
 
-__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket"]
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+    from socket import _Address, _RetAddress
+
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
+    from ._core.contract import LoopContract
+
+__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket", "wait_readable", "wait_writable"]
 
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
 _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6) if _HAS_IPV6 else (socket.AF_INET,)
@@ -61,20 +72,20 @@ _Socket = socket.socket
 
 def _recv(loop, sock, n):
     if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
-        view = recv_buffer(loop)
+        view = loop._stream_recv_buffer()
         return bytes(view[: sock.recv_into(view, n)])
     return sock.recv(n)
 
 
 def _recvfrom(loop, sock, n):
     if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
-        view = recv_buffer(loop)
+        view = loop._stream_recv_buffer()
         nbytes, addr = sock.recvfrom_into(view, n)
         return bytes(view[:nbytes]), addr
     return sock.recvfrom(n)
 
 
-def check_ssl_socket(sock):
+def check_ssl_socket(sock: socket.socket) -> None:
     """Refuse an ``ssl.SSLSocket``: its I/O does not map to readiness."""
     # If the ssl module was never imported, no SSLSocket can exist.
     ssl = sys.modules.get("ssl")
@@ -82,16 +93,60 @@ def check_ssl_socket(sock):
         raise TypeError("Socket cannot be of type SSLSocket")
 
 
+async def wait_readable(
+    loop: LoopContract,
+    fd: int,
+    callback: Callable[..., object],
+    fut: asyncio.Future[Any],
+    *args: Any,
+) -> Any:
+    """Register ``callback(fut, fd, *args)`` for reading ``fd``; await ``fut``.
+
+    On the way out the registration is removed, unless another operation
+    has since taken the fd over.
+    """
+    loop._ensure_fd_no_transport(fd)
+    handle = loop._add_reader(fd, callback, fut, fd, *args)
+    try:
+        return await fut
+    finally:
+        if loop._get_reader(fd) is handle:
+            loop._remove_reader(fd)
+        del fut, handle  # no cycle through a raised exception's frame
+
+
+async def wait_writable(
+    loop: LoopContract,
+    fd: int,
+    callback: Callable[..., object],
+    fut: asyncio.Future[Any],
+    *args: Any,
+) -> Any:
+    """Register ``callback(fut, fd, *args)`` for writing ``fd``; await ``fut``.
+
+    On the way out the registration is removed, unless another operation
+    has since taken the fd over.
+    """
+    loop._ensure_fd_no_transport(fd)
+    handle = loop._add_writer(fd, callback, fut, fd, *args)
+    try:
+        return await fut
+    finally:
+        if loop._get_writer(fd) is handle:
+            loop._remove_writer(fd)
+        del fut, handle
+
+
 class _Unsent:
     """What ``sock_sendall`` still has to send, as a view into the caller's data."""
 
     __slots__ = ("view",)
 
-    def __init__(self, view):
+    def __init__(self, view: memoryview) -> None:
         self.view = view
 
 
-class SocketMixin:
+class SocketMixin(LoopMixinBase):
     """``sock_recv`` & co. on top of ``_add_reader``/``_add_writer``."""
 
     # -- shared plumbing ------------------------------------------------------
@@ -101,28 +156,6 @@ class SocketMixin:
         check_ssl_socket(sock)
         if self._debug and sock.gettimeout() != 0:
             raise ValueError(NOT_NONBLOCKING)
-
-    async def _wait_readable(self, fd, callback, fut, *args):
-        """Register ``callback(fut, fd, *args)`` for reading; await ``fut``."""
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_reader(fd, callback, fut, fd, *args)
-        try:
-            return await fut
-        finally:
-            if self._readers.get(fd) is handle:
-                self._remove_reader(fd)
-            fut = handle = None  # no cycle through a raised exception's frame
-
-    async def _wait_writable(self, fd, callback, fut, *args):
-        """Register ``callback(fut, fd, *args)`` for writing; await ``fut``."""
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_writer(fd, callback, fut, fd, *args)
-        try:
-            return await fut
-        finally:
-            if self._writers.get(fd) is handle:
-                self._remove_writer(fd)
-            fut = handle = None
 
     def _read_finished(self, fd, fut, result, exc):
         self._remove_reader(fd)
@@ -148,15 +181,15 @@ class SocketMixin:
     # traceback keeps the callback's frame, and a future left in it would
     # make future -> error -> traceback -> frame -> future, a cycle.
 
-    async def sock_recv(self, sock, n):
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
         self._check_sock(sock)
         try:
             return _recv(self, sock, n)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recv, self.create_future(), sock, n
+        return await wait_readable(
+            self, sock.fileno(), self._on_recv, self.create_future(), sock, n
         )
 
     def _on_recv(self, fut, fd, sock, n):
@@ -174,15 +207,15 @@ class SocketMixin:
         else:
             self._read_finished(fd, fut, data, None)
 
-    async def sock_recv_into(self, sock, buf):
+    async def sock_recv_into(self, sock: socket.socket, buf: WriteableBuffer) -> int:
         """Receive into the writable buffer ``buf``; return the byte count."""
         self._check_sock(sock)
         try:
             return sock.recv_into(buf)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recv_into, self.create_future(), sock, buf
+        return await wait_readable(
+            self, sock.fileno(), self._on_recv_into, self.create_future(), sock, buf
         )
 
     def _on_recv_into(self, fut, fd, sock, buf):
@@ -200,15 +233,15 @@ class SocketMixin:
         else:
             self._read_finished(fd, fut, nbytes, None)
 
-    async def sock_recvfrom(self, sock, bufsize):
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _RetAddress]:
         """Receive one datagram: ``(data, address)``."""
         self._check_sock(sock)
         try:
             return _recvfrom(self, sock, bufsize)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recvfrom, self.create_future(), sock, bufsize
+        return await wait_readable(
+            self, sock.fileno(), self._on_recvfrom, self.create_future(), sock, bufsize
         )
 
     def _on_recvfrom(self, fut, fd, sock, bufsize):
@@ -226,17 +259,21 @@ class SocketMixin:
         else:
             self._read_finished(fd, fut, result, None)
 
-    async def sock_recvfrom_into(self, sock, buf, nbytes=0):
+    async def sock_recvfrom_into(
+        self, sock: socket.socket, buf: WriteableBuffer, nbytes: int = 0
+    ) -> tuple[int, _RetAddress]:
         """Receive one datagram into ``buf``: ``(nbytes, address)``."""
         self._check_sock(sock)
         if not nbytes:
-            nbytes = len(buf)
+            # Every buffer a socket takes has a length; typeshed's Buffer
+            # protocol does not say so.
+            nbytes = len(buf)  # type: ignore[arg-type]
         try:
             return sock.recvfrom_into(buf, nbytes)
         except _RETRY:
             pass
-        return await self._wait_readable(
-            sock.fileno(), self._on_recvfrom_into, self.create_future(), sock, buf, nbytes
+        return await wait_readable(
+            self, sock.fileno(), self._on_recvfrom_into, self.create_future(), sock, buf, nbytes
         )
 
     def _on_recvfrom_into(self, fut, fd, sock, buf, nbytes):
@@ -256,19 +293,20 @@ class SocketMixin:
 
     # -- sending --------------------------------------------------------------
 
-    async def sock_sendall(self, sock, data):
+    async def sock_sendall(self, sock: socket.socket, data: ReadableBuffer) -> None:
         """Send all of ``data``; partial sends resume when writable."""
         self._check_sock(sock)
         try:
             sent = sock.send(data)
         except _RETRY:
             sent = 0
-        if sent == len(data):
+        if sent == len(data):  # type: ignore[arg-type]  # as for sock_recvfrom_into
             return None
         view = memoryview(data)
         if view.itemsize != 1:
             view = view.cast("B")
-        return await self._wait_writable(
+        return await wait_writable(
+            self,
             sock.fileno(),
             self._on_sendall,
             self.create_future(),
@@ -295,15 +333,17 @@ class SocketMixin:
         else:
             unsent.view = view[sent:]
 
-    async def sock_sendto(self, sock, data, address):
+    async def sock_sendto(
+        self, sock: socket.socket, data: ReadableBuffer, address: _Address
+    ) -> int:
         """Send one datagram to ``address``; return the bytes sent."""
         self._check_sock(sock)
         try:
             return sock.sendto(data, address)
         except _RETRY:
             pass
-        return await self._wait_writable(
-            sock.fileno(), self._on_sendto, self.create_future(), sock, data, address
+        return await wait_writable(
+            self, sock.fileno(), self._on_sendto, self.create_future(), sock, data, address
         )
 
     def _on_sendto(self, fut, fd, sock, data, address):
@@ -323,7 +363,7 @@ class SocketMixin:
 
     # -- connecting and accepting --------------------------------------------
 
-    async def sock_connect(self, sock, address):
+    async def sock_connect(self, sock: socket.socket, address: _Address) -> None:
         """Connect ``sock`` to ``address``, resolving a host name first."""
         self._check_sock(sock)
         if sock.family in _INET_FAMILIES:
@@ -338,8 +378,8 @@ class SocketMixin:
             pass
         else:
             return None
-        return await self._wait_writable(
-            sock.fileno(), self._on_connect, self.create_future(), sock, address
+        return await wait_writable(
+            self, sock.fileno(), self._on_connect, self.create_future(), sock, address
         )
 
     def _on_connect(self, fut, fd, sock, address):
@@ -361,7 +401,7 @@ class SocketMixin:
         else:
             self._write_finished(fd, fut, None, None)
 
-    async def sock_accept(self, sock):
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, _RetAddress]:
         """Accept a connection: ``(conn, address)``, ``conn`` non-blocking."""
         self._check_sock(sock)
         try:
@@ -371,7 +411,7 @@ class SocketMixin:
         else:
             conn.setblocking(False)
             return conn, address
-        return await self._wait_readable(sock.fileno(), self._on_accept, self.create_future(), sock)
+        return await wait_readable(self, sock.fileno(), self._on_accept, self.create_future(), sock)
 
     def _on_accept(self, fut, fd, sock):
         if fut.done():

@@ -12,26 +12,29 @@ closed: its fd has no other owner left.
 from __future__ import annotations
 
 import ssl
+from asyncio import protocols, transports
+from typing import cast
 
+from ._core.contract import LoopMixinBase
 from .transports.tls import SSLProtocol
 
 __all__ = ["TLSMixin"]
 
 
-class TLSMixin:
+class TLSMixin(LoopMixinBase):
     """``start_tls``; needs ``create_future`` and ``call_soon``."""
 
     async def start_tls(
         self,
-        transport,
-        protocol,
-        sslcontext,
+        transport: transports.WriteTransport,
+        protocol: protocols.BaseProtocol,
+        sslcontext: ssl.SSLContext,
         *,
-        server_side=False,
-        server_hostname=None,
-        ssl_handshake_timeout=None,
-        ssl_shutdown_timeout=None,
-    ):
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> transports.Transport:
         """Upgrade ``transport`` to TLS; return the transport ``protocol`` uses from now on."""
         if not isinstance(sslcontext, ssl.SSLContext):
             raise TypeError(
@@ -53,17 +56,19 @@ class TLSMixin:
             call_connection_made=False,
         )
 
-        transport.pause_reading()
-        transport.set_protocol(ssl_protocol)
-        conmade_cb = self.call_soon(ssl_protocol.connection_made, transport)
-        resume_cb = self.call_soon(transport.resume_reading)
+        # A transport that may start TLS is a stream socket's: it reads too.
+        stream = cast(transports.Transport, transport)
+        stream.pause_reading()
+        stream.set_protocol(ssl_protocol)
+        conmade_cb = self.call_soon(ssl_protocol.connection_made, stream)
+        resume_cb = self.call_soon(stream.resume_reading)
         try:
             await waiter
         except BaseException:
-            transport.close()
+            stream.close()
             conmade_cb.cancel()
             resume_cb.cancel()
             # The exception (kept by the caller) must not pin the protocol.
-            waiter = ssl_protocol = None
+            del waiter, ssl_protocol
             raise
         return ssl_protocol._app_transport

@@ -23,7 +23,13 @@ OS facts this module relies on:
 from __future__ import annotations
 
 import os
+import socket
 import stat
+from typing import TypeAlias
+
+# A Unix socket address: a path, or an abstract name (a leading NUL byte);
+# getsockname() of an unbound socket answers "" (or b"").
+UnixAddress: TypeAlias = str | bytes
 
 __all__ = [
     "BindOutcome",
@@ -35,7 +41,7 @@ __all__ = [
 ]
 
 
-def has_file(path) -> bool:
+def has_file(path: UnixAddress) -> bool:
     """Whether a bound Unix address names a file (not abstract, not unbound)."""
     return bool(path) and path[0] not in (0, "\x00")
 
@@ -46,13 +52,13 @@ class BindOutcome:
     __slots__ = ("stale_error", "bind_error", "inode", "inode_error")
 
     def __init__(self) -> None:
-        self.stale_error = None  # checking or removing an old file failed
-        self.bind_error = None
-        self.inode = None
-        self.inode_error = None
+        self.stale_error: OSError | None = None  # checking or removing an old file failed
+        self.bind_error: BaseException | None = None
+        self.inode: int | None = None
+        self.inode_error: OSError | None = None
 
 
-def bind_path(sock, path, want_inode: bool) -> BindOutcome:
+def bind_path(sock: socket.socket, path: UnixAddress, want_inode: bool) -> BindOutcome:
     """Remove a stale socket file at ``path``, bind ``sock`` there, read the new inode."""
     outcome = BindOutcome()
     if path[0] not in (0, "\x00"):  # an empty path raises IndexError, as in asyncio
@@ -70,7 +76,7 @@ def bind_path(sock, path, want_inode: bool) -> BindOutcome:
     return outcome
 
 
-def remove_stale_socket(path) -> OSError | None:
+def remove_stale_socket(path: UnixAddress) -> OSError | None:
     """Remove the socket file at ``path``, if there is one; return what prevented it."""
     try:
         if stat.S_ISSOCK(os.stat(path).st_mode):
@@ -83,7 +89,7 @@ def remove_stale_socket(path) -> OSError | None:
     return None
 
 
-def inode_of(path) -> int | None:
+def inode_of(path: UnixAddress) -> int | None:
     """The inode of the file a Unix socket is bound to; None if it is gone."""
     if not has_file(path):
         return None
@@ -93,7 +99,7 @@ def inode_of(path) -> int | None:
         return None
 
 
-def remove_if_same_inode(path, inode: int) -> OSError | None:
+def remove_if_same_inode(path: UnixAddress, inode: int) -> OSError | None:
     """Remove the file at ``path`` if it is still the one with ``inode``."""
     try:
         if os.stat(path).st_ino == inode:

@@ -15,13 +15,18 @@ table of which callback belongs to which fd; a backend knows only masks.
 from __future__ import annotations
 
 import select
+from typing import TYPE_CHECKING
 
 from ._events import READABLE, WRITABLE
+
+if TYPE_CHECKING:
+    from .epoll import EpollBackend
+    from .poll import PollBackend
 
 __all__ = ["READABLE", "WRITABLE", "default_backend"]
 
 
-def default_backend():
+def default_backend() -> EpollBackend | PollBackend:
     """The best backend this platform has: epoll, else poll."""
     if hasattr(select, "epoll"):
         from .epoll import EpollBackend

@@ -53,4 +53,8 @@ class PollBackend:
         return self._poller.poll(timeout)
 
     def close(self) -> None:
-        self._poller = None
+        # poll keeps no kernel state: dropping the poller is all closing does.
+        try:
+            del self._poller
+        except AttributeError:
+            pass  # closed already

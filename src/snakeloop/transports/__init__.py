@@ -2,6 +2,8 @@
 
 Each kind has its own module (stream sockets, datagrams, pipes, TLS); what
 they share, write-buffer flow control, is in ``flowcontrol``.  Transports
-use only the loop's public and readiness API (``call_soon``,
-``_add_reader``/``_add_writer``), never the core's internals.
+use a loop through asyncio's public methods and the members of
+``_core.contract.LoopContract`` (registering readers and writers, owning
+their fd, the shared receive buffer), never the loop's tables or the core's
+internals; ``tests/test_architecture.py`` holds them to it.
 """

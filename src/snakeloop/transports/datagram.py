@@ -33,10 +33,16 @@ from __future__ import annotations
 import logging
 import socket
 import sys
-from asyncio import constants, transports
+from asyncio import constants, protocols, transports
+from typing import TYPE_CHECKING, Any
 
-from .recvbuffer import recv_buffer
 from .socketbase import SocketTransportBase
+
+if TYPE_CHECKING:
+    import asyncio
+    from socket import _Address
+
+    from .._core.contract import LoopContract
 
 __all__ = ["DatagramSocketTransport"]
 
@@ -55,26 +61,39 @@ UDP_READ_SIZE = 64 * 1024
 
 # asyncio's selector datagram transport is an asyncio.DatagramTransport only
 # from 3.12 on (python/cpython#90352, not backported); on 3.11 it is a plain
-# Transport.  The bases follow the running Python so isinstance answers alike.
-if _PY312:
-    _BASES: tuple[type, ...] = (SocketTransportBase, transports.DatagramTransport)
+# Transport.  The bases follow the running Python so isinstance answers alike
+# (``object`` as a second base changes nothing: it ends every MRO anyway).
+if sys.version_info >= (3, 12):
+    _DatagramKind = transports.DatagramTransport
 else:
-    _BASES = (SocketTransportBase,)
+    _DatagramKind = object
 
 
-class DatagramSocketTransport(*_BASES):
+class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
     """A UDP or Unix datagram socket, driven by readiness callbacks.
 
     ``address`` is the fixed destination of a "connected" endpoint
     (``remote_addr``): ``sendto`` then refuses any other address.
     """
 
-    def __init__(self, loop, sock, protocol, address=None, waiter=None, extra=None):
+    # A DatagramProtocol, or whatever set_protocol() was given: asyncio does
+    # not check either.
+    _protocol: Any
+
+    def __init__(
+        self,
+        loop: LoopContract,
+        sock: socket.socket,
+        protocol: protocols.DatagramProtocol,
+        address: _Address | None = None,
+        waiter: asyncio.Future[None] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         transports.BaseTransport.__init__(self, extra)
         self._attach_socket(loop, sock)
         self._connected = bool(self._extra["peername"])
         self._address = address
-        self._recv_view = recv_buffer(loop)
+        self._recv_view = loop._stream_recv_buffer()
         self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
         self._protocol = protocol
         self._protocol_connected = True
@@ -83,7 +102,7 @@ class DatagramSocketTransport(*_BASES):
 
     # -- protocol ----------------------------------------------------------------
 
-    def set_protocol(self, protocol):
+    def set_protocol(self, protocol: protocols.BaseProtocol) -> None:
         self._protocol = protocol
         self._protocol_connected = True
 
@@ -117,7 +136,9 @@ class DatagramSocketTransport(*_BASES):
 
     # -- writing -----------------------------------------------------------------
 
-    def sendto(self, data, addr=None):
+    def sendto(
+        self, data: bytes | bytearray | memoryview[Any], addr: _Address | None = None
+    ) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(
                 f"data argument must be a bytes-like object, not {type(data).__name__!r}"
@@ -140,7 +161,9 @@ class DatagramSocketTransport(*_BASES):
                 if self._connected:
                     self._sock.send(data)
                 else:
-                    self._sock.sendto(data, addr)
+                    # A None address reaches the socket, which raises
+                    # TypeError, as it does under asyncio.
+                    self._sock.sendto(data, addr)  # type: ignore[arg-type]
                 return
             except _RETRY:
                 self._loop._add_writer(self._sock_fd, self._sendto_ready)

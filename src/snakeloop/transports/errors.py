@@ -9,13 +9,31 @@ exception handler, with the transport and its protocol in the context.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from asyncio import protocols
+
+    from .._core.contract import LoopContract
 
 __all__ = ["report_transport_error"]
 
 logger = logging.getLogger("asyncio")
 
 
-def report_transport_error(transport, exc, message, *, expected):
+class _Transport(Protocol):
+    """What a failing transport shows: its loop and protocol."""
+
+    @property
+    def _loop(self) -> LoopContract: ...
+
+    @property
+    def _protocol(self) -> protocols.BaseProtocol: ...
+
+
+def report_transport_error(
+    transport: _Transport, exc: BaseException, message: str, *, expected: bool
+) -> None:
     """Log ``exc`` quietly if ``expected``, else tell the exception handler."""
     loop = transport._loop
     if expected:

@@ -74,7 +74,7 @@ class FlowControlMixin(transports._FlowControlMixin):
                     }
                 )
 
-    def get_write_buffer_limits(self):
+    def get_write_buffer_limits(self) -> tuple[int, int]:
         return (self._low_water, self._high_water)
 
     def _set_write_buffer_limits(self, high=None, low=None):
@@ -87,6 +87,6 @@ class FlowControlMixin(transports._FlowControlMixin):
         self._high_water = high
         self._low_water = low
 
-    def set_write_buffer_limits(self, high=None, low=None):
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._set_write_buffer_limits(high=high, low=low)
         self._maybe_pause_protocol()

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import warnings
-from asyncio import trsock
+from asyncio import protocols, trsock
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 from .recvbuffer import RECV_BUFFER_SIZE
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["SocketTransportBase"]
 
@@ -34,8 +40,13 @@ class SocketTransportBase(FlowControlMixin):
     """Needs ``_add_reader()`` (start watching for reads) from the subclass."""
 
     max_size = RECV_BUFFER_SIZE
-    _sock = None
-    _loop = None
+    # Set by _attach_socket, dropped once connection_lost has run.  Before
+    # and after, the state flags (_closing, _conn_lost) keep every method
+    # but __repr__ and __del__ off them, and those two check for None.
+    _sock: socket.socket = None  # type: ignore[assignment]
+    _loop: LoopContract = None  # type: ignore[assignment]
+    _protocol: protocols.BaseProtocol
+    _extra: dict[str, Any]  # asyncio.BaseTransport's slot
 
     def _attach_socket(self, loop, sock):
         """The first half of ``__init__``: the socket, its extra info, state."""
@@ -59,17 +70,21 @@ class SocketTransportBase(FlowControlMixin):
         self._paused = False
         self._set_write_buffer_limits()
 
+    def _add_reader(self) -> None:
+        """Start watching the socket for reads, if the transport reads now."""
+        raise NotImplementedError
+
     def _start(self, waiter):
         """The last step of ``__init__``: tell the protocol, then read."""
         loop = self._loop
-        loop._transports[self._sock_fd] = self
+        loop._attach_transport(self._sock_fd, self)
         loop.call_soon(self._protocol.connection_made, self)
         # Reading starts after connection_made has run.
         loop.call_soon(self._add_reader)
         if waiter is not None:
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         info = [self.__class__.__name__]
         if self._sock is None:
             info.append("closed")
@@ -78,28 +93,29 @@ class SocketTransportBase(FlowControlMixin):
         info.append(f"fd={self._sock_fd}")
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            info.append("read=polling" if self._sock_fd in loop._readers else "read=idle")
-            state = "polling" if self._sock_fd in loop._writers else "idle"
+            reading = loop._get_reader(self._sock_fd) is not None
+            info.append("read=polling" if reading else "read=idle")
+            state = "idle" if loop._get_writer(self._sock_fd) is None else "polling"
             info.append(f"write=<{state}, bufsize={self.get_write_buffer_size()}>")
         return "<{}>".format(" ".join(info))
 
-    def __del__(self, _warn=warnings.warn):
+    def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
         if self._sock is not None:
             _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
             self._sock.close()
 
-    def get_protocol(self):
+    def get_protocol(self) -> protocols.BaseProtocol:
         return self._protocol
 
     # -- reading ---------------------------------------------------------------
 
-    def is_closing(self):
+    def is_closing(self) -> bool:
         return self._closing
 
-    def is_reading(self):
+    def is_reading(self) -> bool:
         return not self._closing and not self._paused
 
-    def pause_reading(self):
+    def pause_reading(self) -> None:
         if not self.is_reading():
             return
         self._paused = True
@@ -107,7 +123,7 @@ class SocketTransportBase(FlowControlMixin):
         if self._loop.get_debug():
             logger.debug("%r pauses reading", self)
 
-    def resume_reading(self):
+    def resume_reading(self) -> None:
         if self._closing or not self._paused:
             return
         self._paused = False
@@ -115,12 +131,12 @@ class SocketTransportBase(FlowControlMixin):
         if self._loop.get_debug():
             logger.debug("%r resumes reading", self)
 
-    def get_write_buffer_size(self):
+    def get_write_buffer_size(self) -> int:
         return self._buffer_size
 
     # -- closing ---------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         if self._closing:
             return
         self._closing = True
@@ -130,7 +146,7 @@ class SocketTransportBase(FlowControlMixin):
             self._lose_connection(None)
         # Otherwise the writer calls connection_lost once the buffer is out.
 
-    def abort(self):
+    def abort(self) -> None:
         self._force_close(None)
 
     def _fatal_error(self, exc, message="Fatal error on transport"):
@@ -160,9 +176,7 @@ class SocketTransportBase(FlowControlMixin):
             if self._protocol_connected:
                 self._protocol.connection_lost(exc)
         finally:
-            loop = self._loop
-            if loop._transports.get(self._sock_fd) is self:
-                del loop._transports[self._sock_fd]
+            self._loop._detach_transport(self._sock_fd, self)
             self._sock.close()
             self._sock = None
             self._protocol = None

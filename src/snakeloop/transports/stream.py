@@ -37,10 +37,17 @@ import logging
 import socket
 import sys
 from asyncio import constants, protocols, transports
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .allocator import keep_large_reads_on_heap
 from .recvbuffer import RECV_BUFFER_SIZE
 from .socketbase import SocketTransportBase
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .._core.contract import LoopContract
 
 __all__ = ["SocketTransport", "set_nodelay"]
 
@@ -59,7 +66,15 @@ BULK_READ_SIZE = RECV_BUFFER_SIZE  # asyncio's largest read, 256 KiB
 BULK_READ_MIN = 16 * 1024
 
 
-def set_nodelay(sock):
+class _Server(Protocol):
+    """What a listening server offers the connections it accepted."""
+
+    def _attach(self, transport: transports.BaseTransport) -> None: ...
+
+    def _detach(self, transport: transports.BaseTransport) -> None: ...
+
+
+def set_nodelay(sock: socket.socket) -> None:
     if (
         hasattr(socket, "TCP_NODELAY")
         and sock.family in (socket.AF_INET, socket.AF_INET6)
@@ -75,11 +90,19 @@ class SocketTransport(SocketTransportBase, transports.Transport):
     _start_tls_compatible = True
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
 
-    def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
+    def __init__(
+        self,
+        loop: LoopContract,
+        sock: socket.socket,
+        protocol: protocols.BaseProtocol,
+        waiter: asyncio.Future[None] | None = None,
+        extra: dict[str, Any] | None = None,
+        server: _Server | None = None,
+    ) -> None:
         transports.Transport.__init__(self, extra)
         self._attach_socket(loop, sock)
         self._protocol_connected = False
-        self._buffered_protocol = None  # set_protocol says which reader fits
+        self._buffered_protocol: bool | None = None  # set_protocol says which reader fits
         self._bulk_reads = False  # see _recv_bulk and the module docstring
         self.set_protocol(protocol)
         self._server = server
@@ -94,7 +117,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
 
     # -- protocol --------------------------------------------------------------
 
-    def set_protocol(self, protocol):
+    def set_protocol(self, protocol: protocols.BaseProtocol) -> None:
         buffered = isinstance(protocol, protocols.BufferedProtocol)
         previous = self._buffered_protocol
         self._buffered_protocol = buffered
@@ -104,7 +127,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             previous is not None
             and previous != buffered
             and self._loop is not None
-            and self._sock_fd in self._loop._readers
+            and self._loop._get_reader(self._sock_fd) is not None
         ):
             # Switch the registered reader to the new kind of protocol.
             self._loop._add_reader(self._sock_fd, self._read_callback())
@@ -220,7 +243,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             self._buffer or self._eof or self._conn_lost or self._empty_waiter is not None
         )
 
-    def write(self, data):
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         if not (self._send_at_once and data.__class__ is bytes and data):
             # Everything but the common case: asyncio's checks, in its order.
             if not self._may_write(data):
@@ -280,7 +303,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
 
     if _PY312:
 
-        def writelines(self, list_of_data):
+        def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview[Any]]) -> None:
             if self._eof:
                 raise RuntimeError("Cannot call writelines() after write_eof()")
             if self._empty_waiter is not None:
@@ -357,7 +380,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
                 buffer[0] = memoryview(chunk)[nbytes:]
                 break
 
-    def write_eof(self):
+    def write_eof(self) -> None:
         if self._closing or self._eof:
             return
         self._eof = True
@@ -365,7 +388,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         if not self._buffer:
             self._sock.shutdown(socket.SHUT_WR)
 
-    def can_write_eof(self):
+    def can_write_eof(self) -> bool:
         return True
 
     # -- sendfile support (used by loop.sendfile) ----------------------------

@@ -1,0 +1,248 @@
+"""What the parts of snakeloop may use on a loop: the internal contract.
+
+Transports, futures, the loop's subsystems and helper functions talk to a
+loop through asyncio's public methods and through the private members
+listed in ``LoopContract``, and through nothing else.  The loop's tables
+(readers, writers, transports, timers), its poll backend and its waker stay
+behind these members, so any of them can change without touching a part.
+
+``tests/test_architecture.py`` holds the rule: outside ``_core/`` and
+``loop.py``, every ``loop._name`` and ``self._loop._name`` (and, in the
+loop's mixin classes, every ``self._name`` their module does not define)
+must be one of ``CONTRACT_NAMES``.  The type checker holds the signatures:
+parts annotate their loop with ``LoopContract``, and the loop's mixin
+classes derive from ``LoopMixinBase`` (``object`` at run time), so ``self``
+is checked against both the contract and ``asyncio.AbstractEventLoop``.
+
+Nothing here runs on the hot path: the module only describes.  It imports
+nothing at run time but ``typing``, so any part can import it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
+    import collections
+    from asyncio.exceptions import CancelledError
+    from collections.abc import Callable
+    from contextvars import Context
+    from typing import TypeVarTuple, Unpack
+
+    from _typeshed import FileDescriptorLike
+
+    from .handles import Handle
+
+    _Ts = TypeVarTuple("_Ts")
+
+__all__ = ["CONTRACT_NAMES", "LoopContract", "LoopMixinBase", "OffloadedCall"]
+
+_T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class OffloadedCall(Protocol[_T_co]):
+    """What ``_call_blocking`` returns: a call running in the loop's worker thread."""
+
+    async def finish(self) -> CancelledError | None:
+        """Wait until the call is over; return a cancellation that came meanwhile."""
+        ...
+
+    def result(self) -> _T_co:
+        """The call's return value; raises what the call raised."""
+        ...
+
+    def ran(self) -> bool:
+        """False if the call was dropped (cancelled) before it started."""
+        ...
+
+
+class LoopContract(Protocol):
+    """The loop as its parts see it.
+
+    The public methods are asyncio's, listed for the type checker (every
+    public method of ``asyncio.AbstractEventLoop`` may be used); the private
+    members are the contract proper.
+    """
+
+    # -- asyncio's public API, the part the parts use ------------------------
+
+    def time(self) -> float:
+        """The loop's clock, in seconds."""
+        ...
+
+    def get_debug(self) -> bool:
+        """Whether debug mode is on."""
+        ...
+
+    def is_closed(self) -> bool:
+        """Whether ``close()`` has been called."""
+        ...
+
+    def is_running(self) -> bool:
+        """Whether the loop is running."""
+        ...
+
+    def call_soon(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.Handle:
+        """Run ``callback(*args)`` on the next iteration, in FIFO order."""
+        ...
+
+    def call_soon_threadsafe(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.Handle:
+        """``call_soon`` from any thread; wakes a loop that is waiting in poll."""
+        ...
+
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """Run ``callback(*args)`` after ``delay`` seconds."""
+        ...
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """Run ``callback(*args)`` at loop time ``when``."""
+        ...
+
+    def create_future(self) -> asyncio.Future[Any]:
+        """A new future attached to this loop."""
+        ...
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        """Hand an error nobody else can report to the loop's exception handler."""
+        ...
+
+    # -- the contract ----------------------------------------------------------
+
+    @property
+    def _debug(self) -> bool:
+        """Debug mode, read without a call (parts never set it)."""
+        ...
+
+    def _check_closed(self) -> None:
+        """Raise ``RuntimeError("Event loop is closed")`` if the loop is closed."""
+        ...
+
+    def _add_reader(
+        self,
+        fd: FileDescriptorLike,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+    ) -> Handle:
+        """Watch ``fd`` for reading, replacing its reader; no transport check."""
+        ...
+
+    def _remove_reader(self, fd: FileDescriptorLike) -> bool:
+        """Stop watching ``fd`` for reading; True if it was watched."""
+        ...
+
+    def _add_writer(
+        self,
+        fd: FileDescriptorLike,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+    ) -> Handle:
+        """Watch ``fd`` for writing, replacing its writer; no transport check."""
+        ...
+
+    def _remove_writer(self, fd: FileDescriptorLike) -> bool:
+        """Stop watching ``fd`` for writing; True if it was watched."""
+        ...
+
+    def _get_reader(self, fd: int) -> Handle | None:
+        """The handle watching ``fd`` for reading, or None."""
+        ...
+
+    def _get_writer(self, fd: int) -> Handle | None:
+        """The handle watching ``fd`` for writing, or None."""
+        ...
+
+    def _ensure_fd_no_transport(self, fd: FileDescriptorLike) -> None:
+        """Raise ``RuntimeError`` if an open transport owns ``fd``."""
+        ...
+
+    def _attach_transport(self, fd: int, transport: asyncio.BaseTransport) -> None:
+        """Make ``transport`` the owner of ``fd`` (held weakly) until it detaches."""
+        ...
+
+    def _detach_transport(self, fd: int, transport: asyncio.BaseTransport) -> bool:
+        """Drop ``transport`` as the owner of ``fd``; False if it was not the owner."""
+        ...
+
+    def _stream_recv_buffer(self) -> memoryview:
+        """The loop's one 256 KiB receive buffer, for reads that copy out at once."""
+        ...
+
+    @property
+    def _ready(self) -> collections.deque[Any]:
+        """The ready queue; only entries of the shape ``_core`` defines go in."""
+        ...
+
+    @property
+    def _accepts_plain_callbacks(self) -> bool:
+        """Whether ``_ready`` takes ``_core``'s handle-free entries (else: call_soon)."""
+        ...
+
+    @property
+    def _current_handle(self) -> asyncio.Handle | None:
+        """The handle whose callback is running now, for error reports."""
+        ...
+
+    def _call_blocking(self, func: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> OffloadedCall[_T]:
+        """Start ``func(*args)`` in the loop's own worker thread (not the executor)."""
+        ...
+
+    def _add_internal_reader(self, fd: int, drain: Callable[[], None]) -> None:
+        """Have the core call ``drain()`` during dispatch whenever ``fd`` is readable."""
+        ...
+
+    def _remove_internal_reader(self, fd: int) -> None:
+        """Stop draining ``fd``."""
+        ...
+
+    def _disown_after_fork(self) -> None:
+        """In a forked child: let go of everything that belongs to the parent's loop."""
+        ...
+
+
+def _private_members(protocol: type) -> frozenset[str]:
+    members = {
+        name
+        for name, value in vars(protocol).items()
+        if callable(value) or isinstance(value, property)
+    }
+    members.update(vars(protocol).get("__annotations__", {}))
+    return frozenset(m for m in members if m.startswith("_") and not m.startswith("__"))
+
+
+#: The private names a part may use on a loop.
+CONTRACT_NAMES: frozenset[str] = _private_members(LoopContract)
+
+
+if TYPE_CHECKING:
+
+    class LoopMixinBase(LoopContract, asyncio.AbstractEventLoop):
+        """What ``self`` is in a mixin of the loop, for the type checker only."""
+
+else:
+    # At run time a mixin is a plain class: the Protocol machinery stays
+    # out of the loop's MRO.
+    LoopMixinBase = object
