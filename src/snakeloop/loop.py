@@ -47,7 +47,7 @@ from .executors import ExecutorMixin
 from .network import NetworkMixin
 from .offload import OffloadMixin
 from .sendfile import SendfileMixin
-from .signals import SignalsMixin
+from .signals import SignalHandlers
 from .sockets import SocketMixin
 from .subprocess import SubprocessMixin
 from .tls import TLSMixin
@@ -96,7 +96,6 @@ class Loop(
     ExecutorMixin,
     OffloadMixin,
     DnsMixin,
-    SignalsMixin,
     PipesMixin,
     SubprocessMixin,
     NetworkMixin,
@@ -141,9 +140,9 @@ class Loop(
         self._init_asyncgens()
         self._init_executors()
         self._init_offload()
-        self._init_signals()
         self._init_subprocess()
         self._init_network()
+        self._signals = SignalHandlers(self)
 
     def __repr__(self) -> str:
         return (
@@ -249,7 +248,7 @@ class Loop(
             self._default_executor = None
             executor.shutdown(wait=False)
         self._close_offload()
-        self._close_signals()
+        self._signals.close()
         self._close_subprocess()
         for table in (self._readers, self._writers):
             for handle in table.values():
@@ -366,3 +365,13 @@ class Loop(
         """Stop watching ``fd`` for writing; True if it was watched."""
         self._ensure_fd_no_transport(fd)
         return self._remove_writer(fd)
+
+    # -- signals (the SignalHandlers part) -------------------------------------
+
+    def add_signal_handler(self, sig: int, callback: Callable[..., object], *args: Any) -> None:
+        """Run ``callback(*args)`` on the loop when signal ``sig`` arrives."""
+        self._signals.add(sig, callback, args)
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Remove the handler of ``sig``; True if there was one."""
+        return self._signals.remove(sig)

@@ -99,7 +99,7 @@ def _disown(loop) -> None:
     inherited.close()
     loop._waker.close()
 
-    loop._drop_signals_after_fork()
+    loop._signals.disown_after_fork()
 
     watches = getattr(loop, "_child_watches", None)
     if watches:
