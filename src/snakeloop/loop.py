@@ -15,6 +15,7 @@ None of those parts imports this module, so dependencies run one way.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import sys
 import threading
@@ -30,7 +31,7 @@ from asyncio import tasks as aio_tasks
 # end stops its worker threads and processes).
 from asyncio.base_events import _run_until_complete_cb
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle
@@ -43,7 +44,7 @@ from .datagrams import DatagramMixin
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
-from .executors import ExecutorMixin
+from .executors import Executors
 from .network import NetworkMixin
 from .offload import OffloadMixin
 from .sendfile import SendfileMixin
@@ -54,6 +55,8 @@ from .tls import TLSMixin
 from .transports.pipes import PipesMixin
 
 __all__ = ["Loop"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger("asyncio")
 
@@ -93,7 +96,6 @@ class Loop(
     ExceptionHandlingMixin,
     DebugMixin,
     AsyncGenMixin,
-    ExecutorMixin,
     OffloadMixin,
     DnsMixin,
     PipesMixin,
@@ -138,11 +140,11 @@ class Loop(
             self._future_class = Future
             self._task_class = Task
         self._init_asyncgens()
-        self._init_executors()
         self._init_offload()
         self._init_subprocess()
         self._init_network()
         self._signals = SignalHandlers(self)
+        self._executors = Executors(self)
 
     def __repr__(self) -> str:
         return (
@@ -242,11 +244,7 @@ class Loop(
         self._ready.clear()
         self._scheduled.clear()
         self._timers.clear()
-        self._executor_shutdown_called = True
-        executor = self._default_executor
-        if executor is not None:
-            self._default_executor = None
-            executor.shutdown(wait=False)
+        self._executors.close()
         self._close_offload()
         self._signals.close()
         self._close_subprocess()
@@ -375,3 +373,27 @@ class Loop(
     def remove_signal_handler(self, sig: int) -> bool:
         """Remove the handler of ``sig``; True if there was one."""
         return self._signals.remove(sig)
+
+    # -- threads (the Executors part) ----------------------------------------
+
+    def run_in_executor(
+        self, executor: concurrent.futures.Executor | None, func: Callable[..., _T], *args: Any
+    ) -> asyncio.Future[_T]:
+        """Run ``func(*args)`` in ``executor`` (None: the default one)."""
+        return self._executors.run(executor, func, args)
+
+    def set_default_executor(self, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+        """Use ``executor`` for ``run_in_executor(None, ...)``."""
+        self._executors.set_default(executor)
+
+    if sys.version_info >= (3, 12):
+
+        async def shutdown_default_executor(self, timeout: float | None = None) -> None:
+            """Shut the default executor down, joining its threads."""
+            await self._executors.shutdown_default(timeout)
+
+    else:
+
+        async def shutdown_default_executor(self) -> None:
+            """Shut the default executor down, joining its threads."""
+            await self._executors.shutdown_default(None)
