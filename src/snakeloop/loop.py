@@ -47,12 +47,12 @@ from .errors import ExceptionHandlingMixin
 from .executors import Executors
 from .network import NetworkMixin
 from .offload import OffloadMixin
+from .pipes import PipesMixin
 from .sendfile import SendfileMixin
 from .signals import SignalHandlers
 from .sockets import SocketMixin
 from .subprocess import SubprocessMixin
 from .tls import TLSMixin
-from .transports.pipes import PipesMixin
 
 __all__ = ["Loop"]
 

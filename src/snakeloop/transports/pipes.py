@@ -1,4 +1,4 @@
-"""Pipe transports: ``connect_read_pipe`` and ``connect_write_pipe``.
+"""Pipe transports: what ``connect_read_pipe`` and ``connect_write_pipe`` return.
 
 OS facts this module relies on:
 
@@ -36,13 +36,12 @@ import os
 import stat
 import warnings
 from asyncio import constants
-from typing import Any
 
 from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 
-__all__ = ["PipesMixin", "ReadPipeTransport", "WritePipeTransport"]
+__all__ = ["ReadPipeTransport", "WritePipeTransport"]
 
 logger = logging.getLogger("asyncio")
 
@@ -394,44 +393,3 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         self._pipe = None
         self._protocol = None
         self._loop = None
-
-
-class PipesMixin:
-    """``connect_read_pipe`` and ``connect_write_pipe`` for the loop."""
-
-    def _make_read_pipe_transport(self, pipe, protocol, waiter=None, extra=None):
-        return ReadPipeTransport(self, pipe, protocol, waiter, extra)
-
-    def _make_write_pipe_transport(self, pipe, protocol, waiter=None, extra=None):
-        return WritePipeTransport(self, pipe, protocol, waiter, extra)
-
-    async def connect_read_pipe(
-        self, protocol_factory: Any, pipe: Any
-    ) -> tuple[asyncio.ReadTransport, asyncio.BaseProtocol]:
-        """Read ``pipe`` (a file-like object) into ``protocol_factory()``."""
-        return await self._connect_pipe(
-            self._make_read_pipe_transport, "Read", protocol_factory, pipe
-        )
-
-    async def connect_write_pipe(
-        self, protocol_factory: Any, pipe: Any
-    ) -> tuple[asyncio.WriteTransport, asyncio.BaseProtocol]:
-        """Write to ``pipe`` (a file-like object) for ``protocol_factory()``."""
-        return await self._connect_pipe(
-            self._make_write_pipe_transport, "Write", protocol_factory, pipe
-        )
-
-    async def _connect_pipe(self, make_transport, direction, protocol_factory, pipe):
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        transport = make_transport(pipe, protocol, waiter)
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        if self._debug:
-            logger.debug(
-                "%s pipe %r connected: (%r, %r)", direction, pipe.fileno(), transport, protocol
-            )
-        return transport, protocol
