@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import subprocess
 import sys
 import threading
 import warnings
@@ -31,13 +32,14 @@ from asyncio import tasks as aio_tasks
 # end stops its worker threads and processes).
 from asyncio.base_events import _run_until_complete_cb
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle
 from ._core.runloop import CoreLoop
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
+from ._process import forking
 from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
 from .datagrams import DatagramMixin
@@ -51,12 +53,13 @@ from .pipes import PipesMixin
 from .sendfile import SendfileMixin
 from .signals import SignalHandlers
 from .sockets import SocketMixin
-from .subprocess import SubprocessMixin
+from .subprocess import Children
 from .tls import TLSMixin
 
 __all__ = ["Loop"]
 
 _T = TypeVar("_T")
+_ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 logger = logging.getLogger("asyncio")
 
@@ -99,7 +102,6 @@ class Loop(
     OffloadMixin,
     DnsMixin,
     PipesMixin,
-    SubprocessMixin,
     NetworkMixin,
     TLSMixin,
     SocketMixin,
@@ -141,10 +143,11 @@ class Loop(
             self._task_class = Task
         self._init_asyncgens()
         self._init_offload()
-        self._init_subprocess()
         self._init_network()
         self._signals = SignalHandlers(self)
         self._executors = Executors(self)
+        self._children = Children(self)
+        forking.track(self)
 
     def __repr__(self) -> str:
         return (
@@ -247,7 +250,7 @@ class Loop(
         self._executors.close()
         self._close_offload()
         self._signals.close()
-        self._close_subprocess()
+        self._children.close()
         for table in (self._readers, self._writers):
             for handle in table.values():
                 handle.cancel()
@@ -397,3 +400,70 @@ class Loop(
         async def shutdown_default_executor(self) -> None:
             """Shut the default executor down, joining its threads."""
             await self._executors.shutdown_default(None)
+
+    # -- child processes (the Children part) -----------------------------------
+
+    async def subprocess_exec(
+        self,
+        protocol_factory: Callable[[], _ProtocolT],
+        program: Any,
+        *args: Any,
+        stdin: int | IO[Any] | None = subprocess.PIPE,
+        stdout: int | IO[Any] | None = subprocess.PIPE,
+        stderr: int | IO[Any] | None = subprocess.PIPE,
+        universal_newlines: bool = False,
+        shell: bool = False,
+        bufsize: int = 0,
+        encoding: None = None,
+        errors: None = None,
+        text: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[asyncio.SubprocessTransport, _ProtocolT]:
+        """Run ``program`` with ``args``, never through a shell."""
+        return await self._children.start_exec(
+            protocol_factory,
+            program,
+            args,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            universal_newlines=universal_newlines,
+            shell=shell,
+            bufsize=bufsize,
+            encoding=encoding,
+            errors=errors,
+            text=text,
+            popen_kwargs=kwargs,
+        )
+
+    async def subprocess_shell(
+        self,
+        protocol_factory: Callable[[], _ProtocolT],
+        cmd: str | bytes,
+        *,
+        stdin: int | IO[Any] | None = subprocess.PIPE,
+        stdout: int | IO[Any] | None = subprocess.PIPE,
+        stderr: int | IO[Any] | None = subprocess.PIPE,
+        universal_newlines: bool = False,
+        shell: bool = True,
+        bufsize: int = 0,
+        encoding: None = None,
+        errors: None = None,
+        text: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[asyncio.SubprocessTransport, _ProtocolT]:
+        """Run ``cmd`` through the shell; the caller quotes it (``shlex.quote``)."""
+        return await self._children.start_shell(
+            protocol_factory,
+            cmd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            universal_newlines=universal_newlines,
+            shell=shell,
+            bufsize=bufsize,
+            encoding=encoding,
+            errors=errors,
+            text=text,
+            popen_kwargs=kwargs,
+        )

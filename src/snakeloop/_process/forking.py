@@ -101,11 +101,7 @@ def _disown(loop) -> None:
 
     loop._signals.disown_after_fork()
 
-    watches = getattr(loop, "_child_watches", None)
-    if watches:
-        for watch in watches.values():
-            watch.forget()
-        watches.clear()
+    loop._children.disown_after_fork()
 
 
 def _reset_policy_311(disowned) -> None:
