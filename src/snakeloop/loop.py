@@ -259,6 +259,30 @@ class Loop(
         self._io.close()
         self._waker.close()
 
+    def _disown_after_fork(self) -> None:
+        """The child side of fork(): close this loop, and let each part drop the parent's state.
+
+        The backend is swapped for a stand-in first, so that nothing after
+        it can change the epoll instance the child shares with the parent
+        (see ``_process.forking``).  Every part is then asked in turn, even
+        after one fails; what failed is raised at the end.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        inherited = self._io
+        self._io = forking.InheritedBackend()
+        # run_once polls through its own reference to the backend's method.
+        self._poll = self._io.poll
+        forking.call_each(
+            self._signals.disown_after_fork,
+            self._children.disown_after_fork,
+            self._executors.disown_after_fork,
+            # Closing our copies leaves the parent's fds alone.
+            inherited.close,
+            self._waker.close,
+        )
+
     # -- futures and tasks -------------------------------------------------
 
     def create_future(self):
