@@ -71,7 +71,7 @@ class Executors:
                 self._default = executor
         return futures.wrap_future(executor.submit(func, *args), loop=loop)
 
-    def set_default(self, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+    def set_default(self, executor: concurrent.futures.Executor) -> None:
         """``loop.set_default_executor(executor)``."""
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             raise TypeError("executor must be ThreadPoolExecutor instance")

@@ -112,10 +112,10 @@ def call_each(*steps: Callable[[], object]) -> None:
 
 
 def _reset_policy_311(disowned: list[Any]) -> None:
-    policy = events._event_loop_policy
+    policy: Any = getattr(events, "_event_loop_policy", None)
     local = getattr(policy, "_local", None)
     if local is not None and getattr(local, "_loop", None) in disowned:
-        policy._local = type(local)()  # type: ignore[attr-defined]
+        policy._local = type(local)()
 
 
 def _after_fork_in_child() -> None:

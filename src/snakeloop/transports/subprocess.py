@@ -223,16 +223,15 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
             self.close()
 
-    def get_pid(self) -> int | None:
+    def get_pid(self) -> int:
         return self._pid
 
     def get_returncode(self) -> int | None:
         return self._returncode
 
     def get_pipe_transport(self, fd: int) -> asyncio.BaseTransport | None:
-        if fd in self._pipes:
-            return self._pipes[fd].pipe
-        return None
+        link = self._pipes.get(fd)
+        return None if link is None else link.pipe
 
     def _check_proc(self) -> None:
         if self._proc is None:
