@@ -260,15 +260,15 @@ def test_a_blocking_call_that_is_over_still_yields_once(loop):
 
 def test_the_receive_buffer_is_made_on_first_use_and_shared(loop):
     assert loop._shared_recv_view is None
-    view = loop._stream_recv_buffer()
+    view = loop._shared_recv_buffer()
     assert isinstance(view, memoryview) and len(view) == 256 * 1024 and not view.readonly
-    assert loop._stream_recv_buffer() is view
+    assert loop._shared_recv_buffer() is view
 
 
 def test_each_loop_has_its_own_receive_buffer(loop):
     other = type(loop)()
     try:
-        assert other._stream_recv_buffer() is not loop._stream_recv_buffer()
+        assert other._shared_recv_buffer() is not loop._shared_recv_buffer()
     finally:
         other.close()
 
@@ -286,7 +286,7 @@ def test_unix_datagram_transports_read_into_the_loop_buffer(loop):
         transport, _ = await loop.create_datagram_endpoint(Proto, sock=a)
         b.send(b"ping")
         data = await got
-        shared = transport._recv_view is loop._stream_recv_buffer()
+        shared = transport._recv_view is loop._shared_recv_buffer()
         transport.close()
         await asyncio.sleep(0)
         b.close()

@@ -1,4 +1,4 @@
-"""Running blocking functions in threads: the default executor.
+"""Running blocking functions in threads: the loop's ``Executors``.
 
 ``run_in_executor(None, ...)`` lazily creates one ThreadPoolExecutor per
 loop.  Shutting it down joins its threads from a helper thread, so the loop
@@ -10,68 +10,106 @@ takes to end; snakeloop polls for its end from the loop instead.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import sys
 import threading
 import warnings
 from asyncio import futures, tasks, timeouts
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._core.futures import _set_result_unless_cancelled
 
-__all__ = ["ExecutorMixin"]
+__all__ = ["Executors"]
 
-_PY312 = sys.version_info >= (3, 12)
+_T = TypeVar("_T")
+
 _PY313 = sys.version_info >= (3, 13)
 
 # Polling for the end of the shutdown helper thread (see _join_thread).
 _JOIN_POLL_FIRST = 0.001
 _JOIN_POLL_MAX = 0.05
 
+# warnings.warn's stacklevel that names the caller of
+# loop.shutdown_default_executor(), as asyncio's does: past _warn_timeout,
+# shutdown_default and the loop's delegate.
+_CALLER_OF_SHUTDOWN = 4
 
-class ExecutorMixin:
-    """``run_in_executor``, ``set_default_executor``, ``shutdown_default_executor``."""
 
-    def _init_executors(self):
-        self._default_executor = None
-        self._executor_shutdown_called = False
+class Executors:
+    """``run_in_executor`` and the loop's default executor, made on first use.
 
-    def run_in_executor(self, executor, func, *args):
-        """Run ``func(*args)`` in ``executor`` (None: the default one)."""
-        self._check_closed()
-        if self._debug:
-            self._check_callback(func, "run_in_executor")
+    ``loop`` is used only through the loop contract (``_check_closed``,
+    ``_debug``) and its public methods.
+    """
+
+    __slots__ = ("_loop", "_default", "_shutdown_called")
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self._default: concurrent.futures.ThreadPoolExecutor | None = None
+        self._shutdown_called = False
+
+    def run(
+        self,
+        executor: concurrent.futures.Executor | None,
+        func: Callable[..., _T],
+        args: tuple[Any, ...],
+    ) -> asyncio.Future[_T]:
+        """``loop.run_in_executor(executor, func, *args)``."""
+        loop = self._loop
+        loop._check_closed()
+        if loop._debug:
+            loop._check_callback(func, "run_in_executor")
         if executor is None:
-            executor = self._default_executor
-            if self._executor_shutdown_called:
+            executor = self._default
+            if self._shutdown_called:
                 raise RuntimeError("Executor shutdown has been called")
             if executor is None:
                 executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
-                self._default_executor = executor
-        return futures.wrap_future(executor.submit(func, *args), loop=self)
+                self._default = executor
+        return futures.wrap_future(executor.submit(func, *args), loop=loop)
 
-    def set_default_executor(self, executor):
+    def set_default(self, executor: concurrent.futures.Executor) -> None:
+        """``loop.set_default_executor(executor)``."""
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             raise TypeError("executor must be ThreadPoolExecutor instance")
-        self._default_executor = executor
+        self._default = executor
 
-    def _do_shutdown(self, future):
+    def close(self) -> None:
+        """The loop is closing: refuse new work, let the threads end unwaited."""
+        self._shutdown_called = True
+        executor = self._default
+        if executor is not None:
+            self._default = None
+            executor.shutdown(wait=False)
+
+    def disown_after_fork(self) -> None:
+        """In a forked child: the executor's threads stayed in the parent."""
+        self._shutdown_called = True
+        self._default = None
+
+    def _do_shutdown(self, future: asyncio.Future[None]) -> None:
         # Runs in a helper thread: the join must not block the loop.
+        loop = self._loop
         try:
-            self._default_executor.shutdown(wait=True)
-            if not self.is_closed():
+            self._default.shutdown(wait=True)  # type: ignore[union-attr]
+            if not loop.is_closed():
                 if _PY313:
-                    self.call_soon_threadsafe(_set_result_unless_cancelled, future, None)
+                    loop.call_soon_threadsafe(_set_result_unless_cancelled, future, None)
                 else:
-                    self.call_soon_threadsafe(future.set_result, None)
+                    loop.call_soon_threadsafe(future.set_result, None)
         except Exception as ex:
-            if not self.is_closed() and not (_PY313 and future.cancelled()):
-                self.call_soon_threadsafe(future.set_exception, ex)
+            if not loop.is_closed() and not (_PY313 and future.cancelled()):
+                loop.call_soon_threadsafe(future.set_exception, ex)
 
-    async def _shutdown_default_executor(self, timeout):
-        self._executor_shutdown_called = True
-        if self._default_executor is None:
+    async def shutdown_default(self, timeout: float | None) -> None:
+        """``loop.shutdown_default_executor([timeout])``: join the threads."""
+        self._shutdown_called = True
+        if self._default is None:
             return
-        future = self.create_future()
+        future = self._loop.create_future()
         thread = threading.Thread(target=self._do_shutdown, args=(future,))
         thread.start()
         if _PY313:
@@ -79,7 +117,7 @@ class ExecutorMixin:
                 async with timeouts.timeout(timeout):
                     await future
             except TimeoutError:
-                self._warn_executor_timeout(timeout)
+                self._warn_timeout(timeout)
             else:
                 await self._join_thread(thread, None)
             return
@@ -88,20 +126,21 @@ class ExecutorMixin:
         finally:
             await self._join_thread(thread, timeout)
         if thread.is_alive():
-            self._warn_executor_timeout(timeout)
+            self._warn_timeout(timeout)
 
-    async def _join_thread(self, thread, timeout):
+    async def _join_thread(self, thread: threading.Thread, timeout: float | None) -> None:
         # thread.join() as asyncio has it, without blocking the loop thread:
         # the helper has reported, but may still be finishing, and a blocking
         # join would hold the loop for that moment (or, on 3.12 after a
         # cancel, until the executor's threads end).  Each sleep of at least
         # a millisecond releases the GIL in the poll, which is what the
         # helper needs to finish.
-        deadline = None if timeout is None else self.time() + timeout
+        now = self._loop.time
+        deadline = None if timeout is None else now() + timeout
         delay = _JOIN_POLL_FIRST
         while thread.is_alive():
             if deadline is not None:
-                left = deadline - self.time()
+                left = deadline - now()
                 if left <= 0:
                     return
                 delay = min(delay, left)
@@ -109,22 +148,10 @@ class ExecutorMixin:
             delay = min(delay * 2, _JOIN_POLL_MAX)
         thread.join()  # it has ended: this only tidies up
 
-    def _warn_executor_timeout(self, timeout):
+    def _warn_timeout(self, timeout: float | None) -> None:
         warnings.warn(
             f"The executor did not finishing joining its threads within {timeout} seconds.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=_CALLER_OF_SHUTDOWN,
         )
-        self._default_executor.shutdown(wait=False)
-
-    if _PY312:
-
-        async def shutdown_default_executor(self, timeout=None):
-            """Shut the default executor down, joining its threads."""
-            await self._shutdown_default_executor(timeout)
-
-    else:
-
-        async def shutdown_default_executor(self):
-            """Shut the default executor down, joining its threads."""
-            await self._shutdown_default_executor(None)
+        self._default.shutdown(wait=False)  # type: ignore[union-attr]

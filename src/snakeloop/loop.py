@@ -3,11 +3,18 @@
 The class is assembled from small parts, each in its own module:
 
 * ``_core.runloop.CoreLoop``: the ready deque, timer heap, ``run_once``,
-  ``call_soon``/``call_later``/``call_at``, the fd dispatch table;
-* ``errors``, ``debug``, ``asyncgens``, ``executors``, ``offload``,
-  ``dns``, ``signals``, ``network``: mixins with one job each;
-* this module: running and closing, futures and tasks, and readiness
-  registration (``add_reader`` & co.).
+  ``call_soon``/``call_later``/``call_at``, the fd dispatch table and the
+  internal fds it drains itself;
+* objects the loop owns, each holding its own state and reaching the loop
+  only through the loop contract and its public methods:
+  ``signals.SignalHandlers`` (``_signals``), ``executors.Executors``
+  (``_executors``) and ``subprocess.Children`` (``_children``); their
+  public methods here only delegate;
+* mixins with one job each, that keep no state of their own: ``errors``,
+  ``debug``, ``asyncgens``, ``offload``, ``dns``, ``pipes``, ``network``,
+  ``tls``, ``sockets``, ``sendfile``, ``datagrams``;
+* this module: running and closing, fork safety (``_disown_after_fork``),
+  futures and tasks, and readiness registration (``add_reader`` & co.).
 
 None of those parts imports this module, so dependencies run one way.
 """
@@ -15,7 +22,9 @@ None of those parts imports this module, so dependencies run one way.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import subprocess
 import sys
 import threading
 import warnings
@@ -28,33 +37,39 @@ from asyncio import tasks as aio_tasks
 # copy: libraries recognise the task of run_until_complete() by finding that
 # very function among its callbacks (anyio takes it as the root task, whose
 # end stops its worker threads and processes).
-from asyncio.base_events import _run_until_complete_cb
-from collections.abc import Callable, Coroutine
-from typing import Any
+from asyncio.base_events import _run_until_complete_cb  # type: ignore[attr-defined]
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from contextvars import Context
+from typing import IO, Any, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle
 from ._core.runloop import CoreLoop
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
+from ._process import forking
 from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
 from .datagrams import DatagramMixin
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
-from .executors import ExecutorMixin
+from .executors import Executors
 from .network import NetworkMixin
 from .offload import OffloadMixin
+from .pipes import PipesMixin
 from .sendfile import SendfileMixin
-from .signals import SignalsMixin
+from .signals import SignalHandlers
 from .sockets import SocketMixin
-from .subprocess import SubprocessMixin
+from .subprocess import Children
 from .tls import TLSMixin
-from .transports.pipes import PipesMixin
 from .transports.recvbuffer import RECV_BUFFER_SIZE
 
 __all__ = ["Loop"]
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+_ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 logger = logging.getLogger("asyncio")
 
@@ -66,7 +81,7 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 _new_object = object.__new__
 
 
-def _fd_of(fileobj) -> int:
+def _fd_of(fileobj: Any) -> int:
     """The fd behind an int or an object with ``fileno()``, as selectors does."""
     if isinstance(fileobj, int):
         fd = fileobj
@@ -80,12 +95,12 @@ def _fd_of(fileobj) -> int:
     return fd
 
 
-def _named(task, name):
+def _named(task: Any, name: str | None) -> Any:
     """Name a task made by a task factory, as asyncio's create_task does."""
     if _SET_NAME_ALWAYS:
         task.set_name(name)
     else:
-        aio_tasks._set_task_name(task, name)
+        aio_tasks._set_task_name(task, name)  # type: ignore[attr-defined]
     return task
 
 
@@ -94,12 +109,9 @@ class Loop(
     ExceptionHandlingMixin,
     DebugMixin,
     AsyncGenMixin,
-    ExecutorMixin,
     OffloadMixin,
     DnsMixin,
-    SignalsMixin,
     PipesMixin,
-    SubprocessMixin,
     NetworkMixin,
     TLSMixin,
     SocketMixin,
@@ -128,13 +140,17 @@ class Loop(
             io_backend = default_backend()
         CoreLoop.__init__(self, clock, io_backend, Waker())
         self._debug = debug_from_environment()
-        self._task_factory = None
+        self._task_factory: Callable[..., Any] | None = None
         self._exception_handler = None
-        self._old_agen_hooks = None
+        self._old_agen_hooks: Any = None
         self._transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
             weakref.WeakValueDictionary()
         )
-        self._shared_recv_view: memoryview | None = None  # see _stream_recv_buffer
+        self._shared_recv_view: memoryview | None = None  # see _shared_recv_buffer
+        # snakeloop's classes pass isinstance() checks for asyncio's at run
+        # time, which the type checker does not know.
+        self._future_class: Any
+        self._task_class: Any
         if stdlib_futures:
             self._future_class = asyncio.Future
             self._task_class = asyncio.Task
@@ -142,11 +158,12 @@ class Loop(
             self._future_class = Future
             self._task_class = Task
         self._init_asyncgens()
-        self._init_executors()
         self._init_offload()
-        self._init_signals()
-        self._init_subprocess()
         self._init_network()
+        self._signals = SignalHandlers(self)
+        self._executors = Executors(self)
+        self._children = Children(self)
+        forking.track(self)
 
     def __repr__(self) -> str:
         return (
@@ -154,7 +171,7 @@ class Loop(
             f"closed={self.is_closed()} debug={self.get_debug()}>"
         )
 
-    def __del__(self, _warn=warnings.warn):
+    def __del__(self, _warn: Any = warnings.warn) -> None:
         if not self.is_closed():
             _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
             if not self.is_running():
@@ -162,13 +179,13 @@ class Loop(
 
     # -- running -------------------------------------------------------------
 
-    def _check_running(self):
+    def _check_running(self) -> None:
         if self.is_running():
             raise RuntimeError("This event loop is already running")
         if events._get_running_loop() is not None:
             raise RuntimeError("Cannot run the event loop while another loop is running")
 
-    def _run_forever_setup(self):
+    def _run_forever_setup(self) -> None:
         self._check_closed()
         self._check_running()
         self._set_coroutine_origin_tracking(self._debug)
@@ -180,7 +197,7 @@ class Loop(
         )
         events._set_running_loop(self)
 
-    def _run_forever_cleanup(self):
+    def _run_forever_cleanup(self) -> None:
         self._stopping = False
         self._thread_id = None
         events._set_running_loop(None)
@@ -206,33 +223,35 @@ class Loop(
         finally:
             self._run_forever_cleanup()
 
-    def run_until_complete(self, future):
+    def run_until_complete(self, future: Generator[Any, None, _T] | Awaitable[_T]) -> _T:
         """Run until ``future`` (a future, coroutine or awaitable) is done."""
         self._check_closed()
         self._check_running()
         new_task = not aio_futures.isfuture(future)
-        future = aio_tasks.ensure_future(future, loop=self)
+        # typeshed's ensure_future leaves out the generators this accepts.
+        task: Any = aio_tasks.ensure_future(future, loop=self)  # type: ignore[arg-type]
+        del future  # only ``task`` holds it from here
         if new_task:
             # Nobody else holds this task: a leftover is not worth a warning.
-            future._log_destroy_pending = False
-        future.add_done_callback(_run_until_complete_cb)
+            task._log_destroy_pending = False
+        task.add_done_callback(_run_until_complete_cb)
         try:
             try:
                 self.run_forever()
             except BaseException:
-                if new_task and future.done() and not future.cancelled():
+                if new_task and task.done() and not task.cancelled():
                     # Mark the exception retrieved: it is being raised right now.
-                    future.exception()
+                    task.exception()
                 raise
             finally:
-                future.remove_done_callback(_run_until_complete_cb)
-            if not future.done():
+                task.remove_done_callback(_run_until_complete_cb)
+            if not task.done():
                 raise RuntimeError("Event loop stopped before Future completed.")
-            return future.result()
+            return task.result()
         finally:
             # The traceback of an exception raised from here keeps this
             # frame; the task holding that exception must not stay in it.
-            future = None
+            task = None
 
     def close(self) -> None:
         """Close the loop: drop pending callbacks, release the fds."""
@@ -246,14 +265,10 @@ class Loop(
         self._ready.clear()
         self._scheduled.clear()
         self._timers.clear()
-        self._executor_shutdown_called = True
-        executor = self._default_executor
-        if executor is not None:
-            self._default_executor = None
-            executor.shutdown(wait=False)
+        self._executors.close()
         self._close_offload()
-        self._close_signals()
-        self._close_subprocess()
+        self._signals.close()
+        self._children.close()
         for table in (self._readers, self._writers):
             for handle in table.values():
                 handle.cancel()
@@ -262,13 +277,43 @@ class Loop(
         self._io.close()
         self._waker.close()
 
+    def _disown_after_fork(self) -> None:
+        """The child side of fork(): close this loop, and let each part drop the parent's state.
+
+        The backend is swapped for a stand-in first, so that nothing after
+        it can change the epoll instance the child shares with the parent
+        (see ``_process.forking``).  Every part is then asked in turn, even
+        after one fails; what failed is raised at the end.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        inherited = self._io
+        self._io = forking.InheritedBackend()
+        # run_once polls through its own reference to the backend's method.
+        self._poll = self._io.poll
+        forking.call_each(
+            self._signals.disown_after_fork,
+            self._children.disown_after_fork,
+            self._executors.disown_after_fork,
+            # Closing our copies leaves the parent's fds alone.
+            inherited.close,
+            self._waker.close,
+        )
+
     # -- futures and tasks -------------------------------------------------
 
-    def create_future(self):
+    def create_future(self) -> asyncio.Future[Any]:
         """A new future attached to this loop."""
         return self._future_class(loop=self)
 
-    def create_task(self, coro: Coroutine[Any, Any, Any], *, name=None, context=None):
+    def create_task(
+        self,
+        coro: Generator[Any, None, _T] | Coroutine[Any, Any, _T],
+        *,
+        name: str | None = None,
+        context: Context | None = None,
+    ) -> asyncio.Task[_T]:
         """Wrap ``coro`` in a task scheduled on this loop."""
         if self._closed:
             raise RuntimeError("Event loop is closed")
@@ -276,7 +321,7 @@ class Loop(
         if factory is None:
             if self._task_class is Task:
                 # Task(coro, loop=self, ...) without the keyword-argument call.
-                task = _new_object(Task)
+                task: Any = _new_object(Task)
                 task._setup(coro, self, name, context, False, 1)
             else:
                 task = self._task_class(coro, loop=self, name=name, context=context)
@@ -295,7 +340,7 @@ class Loop(
             raise TypeError("task factory must be a callable or None")
         self._task_factory = factory
 
-    def get_task_factory(self):
+    def get_task_factory(self) -> Callable[..., Any] | None:
         return self._task_factory
 
     # -- readiness callbacks -------------------------------------------------
@@ -333,7 +378,7 @@ class Loop(
         """The handle watching ``fd`` for writing, or None."""
         return self._writers.get(fd)
 
-    def _stream_recv_buffer(self) -> memoryview:
+    def _shared_recv_buffer(self) -> memoryview:
         """The one receive buffer of this loop, made on first use (see transports.recvbuffer)."""
         view = self._shared_recv_view
         if view is None:
@@ -376,22 +421,126 @@ class Loop(
             return False
         return self._clear_io_handle(self._fd_for(fd), self._writers, WRITABLE)
 
-    def add_reader(self, fd, callback, *args) -> None:
+    def add_reader(self, fd: Any, callback: Callable[[*_Ts], Any], *args: *_Ts) -> None:
         """Call ``callback(*args)`` whenever ``fd`` is readable."""
         self._ensure_fd_no_transport(fd)
         self._add_reader(fd, callback, *args)
 
-    def remove_reader(self, fd) -> bool:
+    def remove_reader(self, fd: Any) -> bool:
         """Stop watching ``fd`` for reading; True if it was watched."""
         self._ensure_fd_no_transport(fd)
         return self._remove_reader(fd)
 
-    def add_writer(self, fd, callback, *args) -> None:
+    def add_writer(self, fd: Any, callback: Callable[[*_Ts], Any], *args: *_Ts) -> None:
         """Call ``callback(*args)`` whenever ``fd`` is writable."""
         self._ensure_fd_no_transport(fd)
         self._add_writer(fd, callback, *args)
 
-    def remove_writer(self, fd) -> bool:
+    def remove_writer(self, fd: Any) -> bool:
         """Stop watching ``fd`` for writing; True if it was watched."""
         self._ensure_fd_no_transport(fd)
         return self._remove_writer(fd)
+
+    # -- signals (the SignalHandlers part) -------------------------------------
+
+    def add_signal_handler(self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts) -> None:
+        """Run ``callback(*args)`` on the loop when signal ``sig`` arrives."""
+        self._signals.add(sig, callback, args)
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Remove the handler of ``sig``; True if there was one."""
+        return self._signals.remove(sig)
+
+    # -- threads (the Executors part) ----------------------------------------
+
+    def run_in_executor(
+        self,
+        executor: concurrent.futures.Executor | None,
+        func: Callable[[*_Ts], _T],
+        *args: *_Ts,
+    ) -> asyncio.Future[_T]:
+        """Run ``func(*args)`` in ``executor`` (None: the default one)."""
+        return self._executors.run(executor, func, args)
+
+    def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
+        """Use ``executor`` for ``run_in_executor(None, ...)``."""
+        self._executors.set_default(executor)
+
+    if sys.version_info >= (3, 12):
+
+        async def shutdown_default_executor(self, timeout: float | None = None) -> None:
+            """Shut the default executor down, joining its threads."""
+            await self._executors.shutdown_default(timeout)
+
+    else:
+
+        async def shutdown_default_executor(self) -> None:
+            """Shut the default executor down, joining its threads."""
+            await self._executors.shutdown_default(None)
+
+    # -- child processes (the Children part) -----------------------------------
+
+    async def subprocess_exec(
+        self,
+        protocol_factory: Callable[[], _ProtocolT],
+        program: Any,
+        *args: Any,
+        stdin: int | IO[Any] | None = subprocess.PIPE,
+        stdout: int | IO[Any] | None = subprocess.PIPE,
+        stderr: int | IO[Any] | None = subprocess.PIPE,
+        universal_newlines: bool = False,
+        shell: bool = False,
+        bufsize: int = 0,
+        encoding: None = None,
+        errors: None = None,
+        text: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[asyncio.SubprocessTransport, _ProtocolT]:
+        """Run ``program`` with ``args``, never through a shell."""
+        return await self._children.start_exec(
+            protocol_factory,
+            program,
+            args,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            universal_newlines=universal_newlines,
+            shell=shell,
+            bufsize=bufsize,
+            encoding=encoding,
+            errors=errors,
+            text=text,
+            popen_kwargs=kwargs,
+        )
+
+    async def subprocess_shell(
+        self,
+        protocol_factory: Callable[[], _ProtocolT],
+        cmd: str | bytes,
+        *,
+        stdin: int | IO[Any] | None = subprocess.PIPE,
+        stdout: int | IO[Any] | None = subprocess.PIPE,
+        stderr: int | IO[Any] | None = subprocess.PIPE,
+        universal_newlines: bool = False,
+        shell: bool = True,
+        bufsize: int = 0,
+        encoding: None = None,
+        errors: None = None,
+        text: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[asyncio.SubprocessTransport, _ProtocolT]:
+        """Run ``cmd`` through the shell; the caller quotes it (``shlex.quote``)."""
+        return await self._children.start_shell(
+            protocol_factory,
+            cmd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            universal_newlines=universal_newlines,
+            shell=shell,
+            bufsize=bufsize,
+            encoding=encoding,
+            errors=errors,
+            text=text,
+            popen_kwargs=kwargs,
+        )

@@ -1,4 +1,4 @@
-"""Unix signal handlers that run as loop callbacks.
+"""Unix signal handlers that run as loop callbacks: the loop's ``SignalHandlers``.
 
 OS and CPython facts this module relies on:
 
@@ -35,38 +35,50 @@ import signal
 import sys
 import warnings
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 from ._core.handles import Handle
-from ._io import READABLE
 
-__all__ = ["SignalsMixin"]
+__all__ = ["SignalHandlers"]
 
 logger = logging.getLogger("asyncio")
 
 _PIPE_SIZE = 1 << 20
 
 
-def _sighandler_noop(signum, frame):
+def _sighandler_noop(signum: int, frame: FrameType | None) -> None:
     """The Python-level handler: the wakeup byte does the work."""
 
 
-def _check_signal(sig):
+def _check_signal(sig: object) -> None:
     if not isinstance(sig, int):
         raise TypeError(f"sig must be an int, not {sig!r}")
     if sig not in signal.valid_signals():
         raise ValueError(f"invalid signal number {sig}")
 
 
-class SignalsMixin:
-    """``add_signal_handler`` and ``remove_signal_handler``."""
+class SignalHandlers:
+    """A loop's signal handlers, and the wakeup pipe their signals arrive through.
 
-    def _init_signals(self):
-        self._signal_handlers = {}
-        self._signal_rfd = -1  # our wakeup pipe, opened on first use
-        self._signal_wfd = -1
+    ``loop`` is used only through the loop contract (``_check_closed``,
+    ``_ready``, ``_add_internal_reader``, ``_remove_internal_reader``) and
+    its public methods.  The pipe is opened on the first handler and read by
+    the core during dispatch, so a handler runs in the iteration that saw
+    its signal.
+    """
+
+    __slots__ = ("_loop", "_handlers", "_rfd", "_wfd", "_previous_wakeup_fd")
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self._handlers: dict[int, Handle] = {}
+        self._rfd = -1  # the wakeup pipe, opened on first use
+        self._wfd = -1
         self._previous_wakeup_fd = -1
 
-    def _open_signal_pipe(self):
+    def _open_pipe(self) -> None:
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             import fcntl
@@ -74,19 +86,22 @@ class SignalsMixin:
             fcntl.fcntl(wfd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
         except (ImportError, AttributeError, OSError):
             pass  # the default 64 KiB is still 65,536 pending signals
-        self._signal_rfd = rfd
-        self._signal_wfd = wfd
-        # Watched by the backend but kept out of the reader table: run_once
-        # reads it while it collects the ready fds (see _signal_fd in the
-        # core), and user code cannot replace or remove it with
-        # add_reader/remove_reader.
-        self._io.register(rfd, READABLE)
-        self._signal_fd = rfd
+        try:
+            # Kept out of the reader table: user code cannot replace or
+            # remove it with add_reader/remove_reader.
+            self._loop._add_internal_reader(rfd, self._drain)
+        except BaseException:
+            os.close(rfd)
+            os.close(wfd)
+            raise
+        self._rfd = rfd
+        self._wfd = wfd
 
-    def _read_signals(self):
+    def _drain(self) -> None:
+        """Queue the handler of every signal number waiting in the pipe."""
         while True:
             try:
-                data = os.read(self._signal_rfd, 65536)
+                data = os.read(self._rfd, 65536)
             except (BlockingIOError, InterruptedError):
                 return
             if not data:
@@ -94,48 +109,48 @@ class SignalsMixin:
             for signum in data:
                 self._handle_signal(signum)
 
-    def _handle_signal(self, sig):
-        handle = self._signal_handlers.get(sig)
+    def _handle_signal(self, sig: int) -> None:
+        handle = self._handlers.get(sig)
         if handle is None:
             return
         if handle._cancelled:
-            self.remove_signal_handler(sig)
+            self._loop.remove_signal_handler(sig)
         else:
-            self._ready.append(handle)
+            self._loop._ready.append(handle)
 
-    def add_signal_handler(self, sig, callback, *args):
-        """Run ``callback(*args)`` on the loop when signal ``sig`` arrives."""
+    def add(self, sig: int, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
+        """``loop.add_signal_handler(sig, callback, *args)``."""
         if iscoroutine(callback) or iscoroutinefunction(callback):
             raise TypeError("coroutines cannot be used with add_signal_handler()")
         _check_signal(sig)
-        self._check_closed()
-        if self._signal_rfd < 0:
-            self._open_signal_pipe()
+        self._loop._check_closed()
+        if self._rfd < 0:
+            self._open_pipe()
         try:
             # Raises ValueError outside the main thread.
-            previous = signal.set_wakeup_fd(self._signal_wfd)
+            previous = signal.set_wakeup_fd(self._wfd)
         except (ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from None
-        if not self._signal_handlers and previous != self._signal_wfd:
+        if not self._handlers and previous != self._wfd:
             self._previous_wakeup_fd = previous
-        handle = Handle(callback, args, self, None)
-        self._signal_handlers[sig] = handle
+        handle = Handle(callback, args, self._loop, None)
+        self._handlers[sig] = handle
         try:
             signal.signal(sig, _sighandler_noop)
             signal.siginterrupt(sig, False)
         except OSError as exc:
-            del self._signal_handlers[sig]
-            if not self._signal_handlers:
+            del self._handlers[sig]
+            if not self._handlers:
                 self._restore_wakeup_fd()
             if exc.errno == errno.EINVAL:
                 raise RuntimeError(f"sig {sig:d} cannot be caught") from None
             raise
 
-    def remove_signal_handler(self, sig):
-        """Remove the handler of ``sig``; True if there was one."""
+    def remove(self, sig: int) -> bool:
+        """``loop.remove_signal_handler(sig)``: True if there was a handler."""
         _check_signal(sig)
         try:
-            del self._signal_handlers[sig]
+            del self._handlers[sig]
         except KeyError:
             return False
         handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
@@ -145,56 +160,54 @@ class SignalsMixin:
             if exc.errno == errno.EINVAL:
                 raise RuntimeError(f"sig {sig:d} cannot be caught") from None
             raise
-        if not self._signal_handlers:
+        if not self._handlers:
             self._restore_wakeup_fd()
         return True
 
-    def _restore_wakeup_fd(self):
+    def _restore_wakeup_fd(self) -> None:
         try:
             signal.set_wakeup_fd(self._previous_wakeup_fd)
         except (ValueError, OSError) as exc:
             logger.info("set_wakeup_fd(%d) failed: %s", self._previous_wakeup_fd, exc)
         self._previous_wakeup_fd = -1
 
-    def _close_signals(self):
+    def close(self) -> None:
+        """The loop is closing: remove every handler, close the pipe."""
+        loop = self._loop
         if sys.is_finalizing():
-            if self._signal_handlers:
+            if self._handlers:
                 warnings.warn(
-                    f"Closing the loop {self!r} on interpreter shutdown "
+                    f"Closing the loop {loop!r} on interpreter shutdown "
                     f"stage, skipping signal handlers removal",
                     ResourceWarning,
                     stacklevel=1,
-                    source=self,
+                    source=loop,
                 )
-                self._signal_handlers.clear()
+                self._handlers.clear()
         else:
-            for sig in list(self._signal_handlers):
-                self.remove_signal_handler(sig)
-        self._close_signal_pipe()
+            for sig in list(self._handlers):
+                loop.remove_signal_handler(sig)
+        self._close_pipe()
 
-    def _close_signal_pipe(self):
-        self._signal_fd = -1
-        if self._signal_rfd >= 0:
-            # The backend is still open here: loop.close() closes it last,
-            # and after fork() it is the no-op stand-in.
-            self._io.unregister(self._signal_rfd)
-            os.close(self._signal_rfd)
-            os.close(self._signal_wfd)
-            self._signal_rfd = self._signal_wfd = -1
+    def _close_pipe(self) -> None:
+        if self._rfd >= 0:
+            # The loop's backend is still open here: loop.close() closes it
+            # last, and after fork() it is the no-op stand-in.
+            self._loop._remove_internal_reader(self._rfd)
+            os.close(self._rfd)
+            os.close(self._wfd)
+            self._rfd = self._wfd = -1
 
-    def _drop_signals_after_fork(self):
+    def disown_after_fork(self) -> None:
         """In a forked child: stop the inherited wakeup fd, close our copies.
 
         The handlers stay installed at the Python level (the child may run a
         new loop that replaces them); only this loop's fds are let go.
         """
-        if self._signal_wfd < 0:
+        if self._wfd < 0:
             return
-        try:
-            previous = signal.set_wakeup_fd(-1)
-            if previous != self._signal_wfd:
-                # Somebody else's wakeup fd: put it back.
-                signal.set_wakeup_fd(previous)
-        except (ValueError, OSError):
-            pass
-        self._close_signal_pipe()
+        previous = signal.set_wakeup_fd(-1)
+        if previous != self._wfd:
+            # Somebody else's wakeup fd: put it back.
+            signal.set_wakeup_fd(previous)
+        self._close_pipe()

@@ -72,14 +72,14 @@ _Socket = socket.socket
 
 def _recv(loop, sock, n):
     if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
-        view = loop._stream_recv_buffer()
+        view = loop._shared_recv_buffer()
         return bytes(view[: sock.recv_into(view, n)])
     return sock.recv(n)
 
 
 def _recvfrom(loop, sock, n):
     if _BIG_READ < n <= RECV_BUFFER_SIZE and type(sock) is _Socket:
-        view = loop._stream_recv_buffer()
+        view = loop._shared_recv_buffer()
         nbytes, addr = sock.recvfrom_into(view, n)
         return bytes(view[:nbytes]), addr
     return sock.recvfrom(n)

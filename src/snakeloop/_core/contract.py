@@ -141,6 +141,10 @@ class LoopContract(Protocol):
         """Raise ``RuntimeError("Event loop is closed")`` if the loop is closed."""
         ...
 
+    def _check_callback(self, callback: object, method: str) -> None:
+        """Raise asyncio's ``TypeError`` for a coroutine or a non-callable given to ``method``."""
+        ...
+
     def _add_reader(
         self,
         fd: FileDescriptorLike,
@@ -187,7 +191,7 @@ class LoopContract(Protocol):
         """Drop ``transport`` as the owner of ``fd``; False if it was not the owner."""
         ...
 
-    def _stream_recv_buffer(self) -> memoryview:
+    def _shared_recv_buffer(self) -> memoryview:
         """The loop's one 256 KiB receive buffer, for reads that copy out at once."""
         ...
 

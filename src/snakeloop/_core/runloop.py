@@ -13,7 +13,9 @@ One iteration (``_run_once``) is:
 3. poll the OS and queue the callbacks of the ready fds.  When callbacks are
    already waiting and no fd other than the waker is registered, the poll is
    skipped: it could only report a wakeup whose callbacks are already in the
-   deque (``call_soon_threadsafe`` appends before it wakes);
+   deque (``call_soon_threadsafe`` appends before it wakes).  Internal fds
+   (``_add_internal_reader``: the signal pipe) are drained during this step,
+   so what they queue joins this iteration's batch;
 4. move every timer due within one clock resolution of now to the deque;
 5. run exactly the callbacks that were in the deque when this step began;
    callbacks they add wait for the next iteration.  (When nothing was ready
@@ -99,7 +101,7 @@ class CoreLoop:
         "_poll",
         "_waker",
         "_waker_fd",
-        "_signal_fd",
+        "_internal_readers",
         "_readers",
         "_writers",
         "_fileobjs",
@@ -123,9 +125,11 @@ class CoreLoop:
         self._poll = io_backend.poll
         self._waker = waker
         self._waker_fd = waker.fileno()
-        # The read end of the signal wakeup pipe, once a signal handler is
-        # set; the loop that owns it provides _read_signals().
-        self._signal_fd = -1
+        # fd -> drain(): fds the core reads itself while it collects the
+        # ready fds (see _add_internal_reader).  The waker is not in it: it
+        # is checked first, by number, and must not keep the poll from being
+        # skipped.
+        self._internal_readers = {}
         self._readers = {}
         self._writers = {}
         # fd -> the object (or int) its registration was made through: the
@@ -294,6 +298,23 @@ class CoreLoop:
         handle.cancel()
         return True
 
+    def _add_internal_reader(self, fd, drain):
+        """Call ``drain()`` during dispatch whenever ``fd`` is readable.
+
+        For fds a part of the loop reads itself (the signal pipe).  They are
+        kept out of the reader table, so ``add_reader``/``remove_reader``
+        cannot replace or remove them, and ``drain()`` runs while the ready
+        fds are collected: what it queues on ``_ready`` runs in the same
+        iteration, not the next one.
+        """
+        self._io.register(fd, _READABLE)
+        self._internal_readers[fd] = drain
+
+    def _remove_internal_reader(self, fd):
+        """Stop draining ``fd`` (which the caller then closes)."""
+        if self._internal_readers.pop(fd, None) is not None:
+            self._io.unregister(fd)
+
     def _forget_fd(self, fd):
         """Drop every trace of ``fd`` after the backend refused a change."""
         self._readers.pop(fd, None)
@@ -319,6 +340,7 @@ class CoreLoop:
         ready = self._ready
         readers = self._readers
         writers = self._writers
+        internal_readers = self._internal_readers
         append = ready.append
         popleft = ready.popleft
         while True:
@@ -337,7 +359,7 @@ class CoreLoop:
 
             # 2-3. Poll, unless callbacks wait and only the waker is watched.
             if ready or self._stopping:
-                events = self._poll(0) if readers or writers else None
+                events = self._poll(0) if readers or writers or internal_readers else None
             elif scheduled:
                 timeout = scheduled[0] - self._now()
                 if timeout > MAXIMUM_POLL_TIMEOUT:
@@ -400,8 +422,8 @@ class CoreLoop:
                             continue
                     # Any bit but "writable" wakes the reader and any bit
                     # but "readable" the writer, so errors and hang-ups
-                    # reach both.  The waker and the signal pipe are not in
-                    # the reader table: they cost comparisons only on a miss.
+                    # reach both.  The waker and the internal fds are not in
+                    # the reader table: they cost lookups only on a miss.
                     if mask & _NOT_WRITABLE:
                         handle = readers.get(fd)
                         if handle is not None:
@@ -412,10 +434,10 @@ class CoreLoop:
                         elif fd == self._waker_fd:
                             self._waker.drain()
                             continue
-                        elif fd == self._signal_fd:
-                            # Signal numbers are read now, so their handlers
-                            # join this iteration's batch, not the next one.
-                            self._read_signals()
+                        elif fd in internal_readers:
+                            # Drained now (the signal pipe), so what it
+                            # queues joins this iteration's batch.
+                            internal_readers[fd]()
                             continue
                     if mask & _NOT_READABLE:
                         handle = writers.get(fd)

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["ChildWatch"]
+__all__ = ["ChildWatch", "ChildWatches"]
 
 logger = logging.getLogger("asyncio")
 
@@ -61,11 +64,13 @@ class ChildWatch:
 
     __slots__ = ("pid", "_proc", "_loop", "_on_exit", "_lock", "_pidfd", "_reaped", "_detached")
 
-    def __init__(self, loop, proc, on_exit) -> None:
+    def __init__(
+        self, loop: Any, proc: subprocess.Popen[Any], on_exit: Callable[[int], object]
+    ) -> None:
         self.pid = proc.pid
         self._proc = proc
         self._loop = loop
-        self._on_exit = on_exit
+        self._on_exit: Callable[[int], object] | None = on_exit
         self._lock = threading.Lock()
         self._pidfd = -1
         self._reaped = False
@@ -141,10 +146,10 @@ class ChildWatch:
             pass  # the loop closed meanwhile: the child is reaped all the same
 
     def _deliver(self, returncode: int) -> None:
-        if self._detached:
+        on_exit = self._on_exit
+        if self._detached or on_exit is None:
             return
         self._detached = True
-        on_exit = self._on_exit
         self._on_exit = None
         on_exit(returncode)
 
@@ -197,7 +202,42 @@ class ChildWatch:
         if pidfd >= 0:
             # Closing this copy leaves the parent's pidfd and its epoll
             # registration untouched (see _process.forking).
-            try:
-                os.close(pidfd)
-            except OSError:
-                pass
+            os.close(pidfd)
+
+
+class ChildWatches:
+    """One loop's exit watches, by pid, from a child's start until its exit is delivered.
+
+    What the loop's ``close()`` detaches (the children are still reaped,
+    unreported) and what a forked child forgets (they are the parent's).
+    """
+
+    __slots__ = ("_loop", "_by_pid")
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self._by_pid: dict[int, ChildWatch] = {}
+
+    def watch(self, proc: subprocess.Popen[Any], on_exit: Callable[[int], object]) -> ChildWatch:
+        """Watch ``proc``; ``on_exit(returncode)`` runs on the loop when it has exited."""
+        watch = ChildWatch(self._loop, proc, on_exit)
+        self._by_pid[watch.pid] = watch
+        return watch
+
+    def unwatch(self, pid: int) -> None:
+        """The exit of ``pid`` was delivered: stop keeping its watch."""
+        self._by_pid.pop(pid, None)
+
+    def detach_all(self) -> None:
+        """The loop is closing: see ``ChildWatch.detach``."""
+        watches = list(self._by_pid.values())
+        self._by_pid.clear()
+        for watch in watches:
+            watch.detach()
+
+    def forget_all(self) -> None:
+        """In a forked child: see ``ChildWatch.forget``."""
+        watches = list(self._by_pid.values())
+        self._by_pid.clear()
+        for watch in watches:
+            watch.forget()

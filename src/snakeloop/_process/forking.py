@@ -24,13 +24,19 @@ OS and CPython facts this module relies on:
 * ``os.register_at_fork(after_in_child=...)`` runs in the child right after
   ``fork()`` (also for ``multiprocessing``'s fork start method), and not
   after ``posix_spawn``/``vfork``+``exec``, which ``subprocess`` uses.
+* CPython hands an exception raised by an at-fork hook to
+  ``sys.unraisablehook`` ("Exception ignored in: <function ...>") and goes
+  on; asyncio's own hook (3.12+) lets its errors go that way.
 
 In the child, an inherited loop is closed: every use of it raises
 ``RuntimeError("Event loop is closed")`` at once, instead of failing later
-or quietly sharing the parent's epoll instance.  Its fd copies are closed
-(which leaves the parent's alone, see above) and ``close()`` is a no-op.
-A child forked from inside a running loop that returns into that loop
-gets a ``RuntimeError`` out of ``run_forever`` at its next poll.
+or quietly sharing the parent's epoll instance.  ``loop._disown_after_fork()``
+has each part of the loop drop what belongs to the parent; its fd copies
+are closed (which leaves the parent's alone, see above) and ``close()`` is a
+no-op.  A child forked from inside a running loop that returns into that
+loop gets a ``RuntimeError`` out of ``run_forever`` at its next poll.  What
+fails while a loop is disowned does not stop the other parts or loops from
+being disowned, and is then raised out of the hook, so it is reported.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ import os
 import sys
 import weakref
 from asyncio import events
+from collections.abc import Callable
+from typing import Any, NoReturn
 
-__all__ = ["INHERITED_LOOP_MESSAGE", "track"]
+__all__ = ["INHERITED_LOOP_MESSAGE", "InheritedBackend", "call_each", "track"]
 
 INHERITED_LOOP_MESSAGE = (
     "this event loop was inherited from the parent process through fork() "
@@ -49,21 +57,18 @@ INHERITED_LOOP_MESSAGE = (
 
 # Every live snakeloop loop, for the at-fork hook; weak, so it keeps none
 # of them alive.
-_loops: weakref.WeakSet = weakref.WeakSet()
+_loops: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def track(loop) -> None:
-    """Have ``loop`` disowned in any child forked while it is alive."""
+def track(loop: Any) -> None:
+    """Have ``loop._disown_after_fork()`` called in any child forked while it is alive."""
     _loops.add(loop)
 
 
-class _InheritedBackend:
+class InheritedBackend:
     """Stands in for the parent's I/O backend in a forked child."""
 
-    __slots__ = ("_inherited",)
-
-    def __init__(self, inherited) -> None:
-        self._inherited = inherited  # a backend whose fd is this child's copy
+    __slots__ = ()
 
     def fileno(self) -> int:
         return -1
@@ -78,38 +83,36 @@ class _InheritedBackend:
         # The registration belongs to the parent: leave it there.
         pass
 
-    def poll(self, timeout):
+    def poll(self, timeout: float | None) -> NoReturn:
         raise RuntimeError(INHERITED_LOOP_MESSAGE)
 
     def close(self) -> None:
-        # Closes only the child's copy of the epoll fd (see above).
-        inherited, self._inherited = self._inherited, None
-        if inherited is not None:
-            inherited.close()
+        pass
 
 
-def _disown(loop) -> None:
-    if loop.is_closed():
-        return
-    loop._closed = True
-    inherited = loop._io
-    loop._io = _InheritedBackend(None)
-    # run_once polls through its own reference to the backend's method.
-    loop._poll = loop._io.poll
-    inherited.close()
-    loop._waker.close()
-
-    loop._drop_signals_after_fork()
-
-    watches = getattr(loop, "_child_watches", None)
-    if watches:
-        for watch in watches.values():
-            watch.forget()
-        watches.clear()
+def _raise_all(failures: list[Exception], message: str) -> None:
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise ExceptionGroup(message, failures)
 
 
-def _reset_policy_311(disowned) -> None:
-    policy = events._event_loop_policy
+def call_each(*steps: Callable[[], object]) -> None:
+    """Call every step, even after one has failed; then raise what failed.
+
+    One failure is raised as it is, several as an ``ExceptionGroup``.
+    """
+    failures = []
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - raised below, after the other steps
+            failures.append(exc)
+    _raise_all(failures, "disowning a loop in a forked child failed")
+
+
+def _reset_policy_311(disowned: list[Any]) -> None:
+    policy: Any = getattr(events, "_event_loop_policy", None)
     local = getattr(policy, "_local", None)
     if local is not None and getattr(local, "_loop", None) in disowned:
         policy._local = type(local)()
@@ -118,16 +121,20 @@ def _reset_policy_311(disowned) -> None:
 def _after_fork_in_child() -> None:
     disowned = list(_loops)
     _loops.clear()
+    failures = []
     for loop in disowned:
         try:
-            _disown(loop)
-        except Exception:  # noqa: BLE001 - an at-fork hook must not raise
-            pass
+            loop._disown_after_fork()
+        except Exception as exc:  # noqa: BLE001 - raised below, after the other loops
+            exc.add_note(f"while disowning {loop!r} in a forked child")
+            failures.append(exc)
     if sys.version_info < (3, 12) and disowned:
         try:
             _reset_policy_311(disowned)
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as exc:  # noqa: BLE001 - raised below
+            failures.append(exc)
+    # Raised out of the hook, CPython reports them through sys.unraisablehook.
+    _raise_all(failures, "disowning snakeloop loops in a forked child failed")
 
 
 if hasattr(os, "register_at_fork"):

@@ -30,10 +30,12 @@ OS and CPython facts this module relies on:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
 from asyncio import exceptions
+from typing import Any
 
 __all__ = ["Spawn"]
 
@@ -72,17 +74,18 @@ class Spawn:
         "_waiter",
     )
 
-    def __init__(self, loop, args, kwargs) -> None:
+    def __init__(self, loop: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._loop = loop
-        self._args = args
-        self._kwargs = kwargs
+        # Dropped once Popen was called: the thread outlives the start.
+        self._args: Any = args
+        self._kwargs: Any = kwargs
         self._lock = threading.Lock()
-        self._proc = None
-        self._error = None
+        self._proc: subprocess.Popen[Any] | None = None
+        self._error: BaseException | None = None
         self._done = False  # the outcome has reached the loop thread
         self._taken = False
         self._abandoned = False
-        self._waiter = None
+        self._waiter: asyncio.Future[None] | None = None
         threading.Thread(target=self._thread_main, name="snakeloop-spawn", daemon=True).start()
 
     # -- the spawning thread ---------------------------------------------------
@@ -139,7 +142,7 @@ class Spawn:
         self._waiter = None
         return cancelled
 
-    def take(self) -> subprocess.Popen:
+    def take(self) -> subprocess.Popen[Any]:
         """The child (after ``finish()``); raises what ``Popen`` raised."""
         error = self._error
         if error is not None:
@@ -149,7 +152,9 @@ class Spawn:
             finally:
                 error = None
         self._taken = True
-        return self._proc
+        proc = self._proc
+        assert proc is not None  # finish() returned, and Popen did not fail
+        return proc
 
     def abandon(self) -> None:
         """The loop is closing before it took the child: have it killed and reaped."""

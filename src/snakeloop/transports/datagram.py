@@ -93,7 +93,7 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
         self._attach_socket(loop, sock)
         self._connected = bool(self._extra["peername"])
         self._address = address
-        self._recv_view = loop._stream_recv_buffer()
+        self._recv_view = loop._shared_recv_buffer()
         self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
         self._protocol = protocol
         self._protocol_connected = True

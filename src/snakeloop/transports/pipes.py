@@ -1,4 +1,4 @@
-"""Pipe transports: ``connect_read_pipe`` and ``connect_write_pipe``.
+"""Pipe transports: what ``connect_read_pipe`` and ``connect_write_pipe`` return.
 
 OS facts this module relies on:
 
@@ -42,12 +42,12 @@ from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
 
-__all__ = ["PipesMixin", "ReadPipeTransport", "WritePipeTransport"]
+__all__ = ["ReadPipeTransport", "WritePipeTransport"]
 
 logger = logging.getLogger("asyncio")
 
 
-def _schedule_connection_lost(transport, exc):
+def _schedule_connection_lost(transport: Any, exc: BaseException | None) -> None:
     loop = transport._loop
     if loop.is_closed():
         # Nothing will ever run connection_lost() (say, a transport closed by
@@ -64,13 +64,22 @@ class ReadPipeTransport(asyncio.ReadTransport):
     # One read per readiness event takes at most this much, as in asyncio.
     max_size = 256 * 1024
 
-    def __init__(self, loop, pipe, protocol, waiter=None, extra=None) -> None:
+    _extra: dict[str, Any]
+
+    def __init__(
+        self,
+        loop: Any,
+        pipe: Any,
+        protocol: asyncio.BaseProtocol,
+        waiter: asyncio.Future[None] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(extra)
         self._extra["pipe"] = pipe
         self._loop = loop
         self._pipe = pipe
         self._fileno = pipe.fileno()
-        self._protocol = protocol
+        self._protocol: Any = protocol
         self._closing = False
         self._paused = False
         self._polling = False
@@ -91,13 +100,13 @@ class ReadPipeTransport(asyncio.ReadTransport):
         if waiter is not None:
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
-    def _start_reading(self):
+    def _start_reading(self) -> None:
         if not self.is_reading():
             return
         self._loop._add_reader(self._fileno, self._read_ready)
         self._polling = True
 
-    def _stop_reading(self):
+    def _stop_reading(self) -> None:
         self._polling = False
         self._loop._remove_reader(self._fileno)
 
@@ -120,7 +129,7 @@ class ReadPipeTransport(asyncio.ReadTransport):
             info.append("closed")
         return "<{}>".format(" ".join(info))
 
-    def _read_ready(self):
+    def _read_ready(self) -> None:
         try:
             data = os.read(self._fileno, self.max_size)
         except (BlockingIOError, InterruptedError):
@@ -168,29 +177,31 @@ class ReadPipeTransport(asyncio.ReadTransport):
         if not self._closing:
             self._close(None)
 
-    def __del__(self, _warn=warnings.warn):
+    def __del__(self, _warn: Any = warnings.warn) -> None:
         if self._pipe is not None:
             _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
             self._pipe.close()
 
-    def _fatal_error(self, exc, message="Fatal error on pipe transport"):
+    def _fatal_error(
+        self, exc: BaseException, message: str = "Fatal error on pipe transport"
+    ) -> None:
         # A PTY whose other side closed: EOF, not an error worth a report.
         pty_closed = isinstance(exc, OSError) and exc.errno == errno.EIO
         report_transport_error(self, exc, message, expected=pty_closed)
         self._close(exc)
 
-    def _close(self, exc):
+    def _close(self, exc: BaseException | None) -> None:
         self._closing = True
         self._stop_reading()
         _schedule_connection_lost(self, exc)
 
-    def _call_connection_lost(self, exc):
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
             self._protocol.connection_lost(exc)
         finally:
             self._drop_pipe()
 
-    def _drop_pipe(self):
+    def _drop_pipe(self) -> None:
         self._polling = False
         self._pipe.close()
         self._pipe = None
@@ -201,7 +212,16 @@ class ReadPipeTransport(asyncio.ReadTransport):
 class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
     """Buffers writes to a pipe, FIFO, socket or character device."""
 
-    def __init__(self, loop, pipe, protocol, waiter=None, extra=None) -> None:
+    _extra: dict[str, Any]
+
+    def __init__(
+        self,
+        loop: Any,
+        pipe: Any,
+        protocol: asyncio.BaseProtocol,
+        waiter: asyncio.Future[None] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         # Not super(): that would run asyncio's _FlowControlMixin.__init__,
         # whose work FlowControlMixin's defaults and the lines below do.
         asyncio.BaseTransport.__init__(self, extra)
@@ -209,7 +229,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         self._loop = loop
         self._pipe = pipe
         self._fileno = pipe.fileno()
-        self._protocol = protocol
+        self._protocol: Any = protocol
         self._buffer = bytearray()
         self._conn_lost = 0
         self._closing = False  # set by close() and write_eof()
@@ -255,13 +275,13 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
     def get_write_buffer_size(self) -> int:
         return len(self._buffer)
 
-    def _watch_reader_gone(self):
+    def _watch_reader_gone(self) -> None:
         # Skipped when closed in the meantime: a reader added now would stay
         # registered for an fd that connection_lost() is about to close.
         if not self._closing:
             self._loop._add_reader(self._fileno, self._read_ready)
 
-    def _read_ready(self):
+    def _read_ready(self) -> None:
         # The read end was closed.
         if self._loop.get_debug():
             logger.info("%r was closed by peer", self)
@@ -307,7 +327,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         self._buffer += data
         self._maybe_pause_protocol()
 
-    def _write_ready(self):
+    def _write_ready(self) -> None:
         try:
             n = os.write(self._fileno, self._buffer)
         except (BlockingIOError, InterruptedError):
@@ -332,7 +352,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         if n > 0:
             del self._buffer[:n]
 
-    def _stop_writing(self):
+    def _stop_writing(self) -> None:
         self._writing = False
         self._loop._remove_writer(self._fileno)
 
@@ -362,7 +382,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
             # Closing a write pipe is write_eof(): flush, then close.
             self.write_eof()
 
-    def __del__(self, _warn=warnings.warn):
+    def __del__(self, _warn: Any = warnings.warn) -> None:
         if self._pipe is not None:
             _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
             self._pipe.close()
@@ -370,12 +390,14 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
     def abort(self) -> None:
         self._close(None)
 
-    def _fatal_error(self, exc, message="Fatal error on pipe transport"):
+    def _fatal_error(
+        self, exc: BaseException, message: str = "Fatal error on pipe transport"
+    ) -> None:
         # EPIPE and friends go to connection_lost(), not to the handler.
         report_transport_error(self, exc, message, expected=isinstance(exc, OSError))
         self._close(exc)
 
-    def _close(self, exc=None):
+    def _close(self, exc: BaseException | None = None) -> None:
         self._closing = True
         if self._buffer:
             self._stop_writing()
@@ -383,55 +405,14 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         self._loop._remove_reader(self._fileno)
         _schedule_connection_lost(self, exc)
 
-    def _call_connection_lost(self, exc):
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
             self._protocol.connection_lost(exc)
         finally:
             self._drop_pipe()
 
-    def _drop_pipe(self):
+    def _drop_pipe(self) -> None:
         self._pipe.close()
         self._pipe = None
         self._protocol = None
         self._loop = None
-
-
-class PipesMixin:
-    """``connect_read_pipe`` and ``connect_write_pipe`` for the loop."""
-
-    def _make_read_pipe_transport(self, pipe, protocol, waiter=None, extra=None):
-        return ReadPipeTransport(self, pipe, protocol, waiter, extra)
-
-    def _make_write_pipe_transport(self, pipe, protocol, waiter=None, extra=None):
-        return WritePipeTransport(self, pipe, protocol, waiter, extra)
-
-    async def connect_read_pipe(
-        self, protocol_factory: Any, pipe: Any
-    ) -> tuple[asyncio.ReadTransport, asyncio.BaseProtocol]:
-        """Read ``pipe`` (a file-like object) into ``protocol_factory()``."""
-        return await self._connect_pipe(
-            self._make_read_pipe_transport, "Read", protocol_factory, pipe
-        )
-
-    async def connect_write_pipe(
-        self, protocol_factory: Any, pipe: Any
-    ) -> tuple[asyncio.WriteTransport, asyncio.BaseProtocol]:
-        """Write to ``pipe`` (a file-like object) for ``protocol_factory()``."""
-        return await self._connect_pipe(
-            self._make_write_pipe_transport, "Write", protocol_factory, pipe
-        )
-
-    async def _connect_pipe(self, make_transport, direction, protocol_factory, pipe):
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        transport = make_transport(pipe, protocol, waiter)
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        if self._debug:
-            logger.debug(
-                "%s pipe %r connected: (%r, %r)", direction, pipe.fileno(), transport, protocol
-            )
-        return transport, protocol

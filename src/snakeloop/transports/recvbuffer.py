@@ -7,7 +7,7 @@ so two reads never overlap, and one buffer serves them all: asyncio gives
 each TLS connection its own 256 KiB, most of what an idle connection costs.
 
 The loop makes the buffer on first use and hands it out through the
-contract (``loop._stream_recv_buffer()``); a transport may keep it from
+contract (``loop._shared_recv_buffer()``); a transport may keep it from
 construction on.
 """
 
@@ -25,9 +25,9 @@ RECV_BUFFER_SIZE = 256 * 1024
 
 
 def recv_buffer(loop: LoopContract) -> memoryview:
-    """``loop._stream_recv_buffer()``.
+    """``loop._shared_recv_buffer()``.
 
     Kept for transports/tls.py, which another issue-10 branch rewrites;
     remove it once that module asks the loop itself.
     """
-    return loop._stream_recv_buffer()
+    return loop._shared_recv_buffer()

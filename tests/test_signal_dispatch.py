@@ -1,0 +1,74 @@
+"""How a signal's handler reaches the loop: through the core's internal-reader table.
+
+``signal.pthread_kill`` at the calling thread delivers the signal before it
+returns, so CPython's C handler has written the wakeup byte by then: the
+iteration in which the signal is read is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix signals")
+
+
+def _raise_here(sig: int) -> None:
+    signal.pthread_kill(threading.get_ident(), sig)
+
+
+@pytest.mark.parametrize("watching_a_reader", [False, True])
+def test_handler_runs_in_the_iteration_that_reads_the_signal(loop, watching_a_reader):
+    # Iteration 1 raises the signal and queues ``marker``.  Iteration 2
+    # polls, reads the signal byte, and runs ``marker`` then the handler;
+    # ``marker``'s own callback waits for iteration 3.  Had the handler been
+    # queued for the next iteration, it would come after ``after_marker``.
+    order = []
+
+    def marker():
+        order.append("marker")
+        loop.call_soon(order.append, "after_marker")
+
+    def first():
+        _raise_here(signal.SIGUSR1)
+        loop.call_soon(marker)
+
+    idle_a, idle_b = socket.socketpair()
+    if watching_a_reader:
+        loop.add_reader(idle_a, order.append, "never readable")
+    loop.add_signal_handler(signal.SIGUSR1, order.append, "handler")
+    try:
+        loop.call_soon(first)
+        loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
+        loop.remove_reader(idle_a)
+        idle_a.close()
+        idle_b.close()
+    assert order == ["marker", "handler", "after_marker"]
+
+
+def test_handler_runs_while_callbacks_keep_the_loop_busy(any_loop):
+    # No fd is watched and a callback is always ready: the loop must still
+    # poll for the signal pipe, or the handler waits for an idle moment
+    # that never comes.
+    got = []
+    any_loop.add_signal_handler(signal.SIGUSR1, got.append, "handler")
+
+    async def spin():
+        _raise_here(signal.SIGUSR1)
+        for _ in range(10_000):
+            if got:
+                break
+            await asyncio.sleep(0)
+        return got
+
+    try:
+        assert any_loop.run_until_complete(spin()) == ["handler"]
+    finally:
+        any_loop.remove_signal_handler(signal.SIGUSR1)
