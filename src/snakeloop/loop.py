@@ -5,7 +5,7 @@ The class is assembled from small parts, each in its own module:
 * ``_core.runloop.CoreLoop``: the ready deque, timer heap, ``run_once``,
   ``call_soon``/``call_later``/``call_at``, the fd dispatch table;
 * ``errors``, ``debug``, ``asyncgens``, ``executors``, ``offload``,
-  ``dns``, ``signals``, ``network``: mixins with one job each;
+  ``dns``, ``signals``, ``connecting``, ``serving``: mixins with one job each;
 * this module: running and closing, futures and tasks, and readiness
   registration (``add_reader`` & co.).
 
@@ -39,14 +39,15 @@ from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
 from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
+from .connecting import ConnectingMixin
 from .datagrams import DatagramMixin
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import ExecutorMixin
-from .network import NetworkMixin
 from .offload import OffloadMixin
 from .sendfile import SendfileMixin
+from .serving import ServingMixin
 from .signals import SignalsMixin
 from .sockets import SocketMixin
 from .subprocess import SubprocessMixin
@@ -99,7 +100,8 @@ class Loop(
     SignalsMixin,
     PipesMixin,
     SubprocessMixin,
-    NetworkMixin,
+    ConnectingMixin,
+    ServingMixin,
     TLSMixin,
     SocketMixin,
     SendfileMixin,
