@@ -17,7 +17,7 @@ import sys
 from .dns import ensure_resolved, interleave_addrinfos
 from .happy_eyeballs import staggered_connect
 from .sockets import check_ssl_socket
-from .transports.stream import SocketTransport
+from .transports.connected import stream_transport
 
 __all__ = ["ConnectingMixin"]
 
@@ -30,37 +30,6 @@ class ConnectingMixin:
     """Stream connections for the loop."""
 
     # -- transports --------------------------------------------------------------
-
-    def _make_stream_transport(
-        self,
-        sock,
-        protocol,
-        waiter,
-        *,
-        extra=None,
-        server=None,
-        sslcontext=None,
-        server_side=False,
-        server_hostname=None,
-        ssl_handshake_timeout=None,
-        ssl_shutdown_timeout=None,
-    ):
-        if not sslcontext:
-            return SocketTransport(self, sock, protocol, waiter, extra, server)
-        from .transports.tls import SSLProtocol
-
-        ssl_protocol = SSLProtocol(
-            self,
-            protocol,
-            None if isinstance(sslcontext, bool) else sslcontext,
-            waiter,
-            server_side,
-            server_hostname,
-            ssl_handshake_timeout=ssl_handshake_timeout,
-            ssl_shutdown_timeout=ssl_shutdown_timeout,
-        )
-        SocketTransport(self, sock, ssl_protocol, extra=extra, server=server)
-        return ssl_protocol._app_transport
 
     async def _create_connection_transport(
         self,
@@ -76,7 +45,8 @@ class ConnectingMixin:
             sock.setblocking(False)
             protocol = protocol_factory()
             waiter = self.create_future()
-            transport = self._make_stream_transport(
+            transport = stream_transport(
+                self,
                 sock,
                 protocol,
                 waiter,

@@ -145,7 +145,6 @@ class Loop(
         self._init_offload()
         self._init_signals()
         self._init_subprocess()
-        self._init_network()
 
     def __repr__(self) -> str:
         return (

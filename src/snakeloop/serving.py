@@ -1,21 +1,11 @@
-"""TCP and Unix stream servers.
+"""TCP and Unix stream servers: ``create_server``, ``create_unix_server``, ``Server``.
 
-``create_server``, ``create_unix_server``, ``Server`` and the accept path,
-with asyncio's argument checks and messages.
+With asyncio's argument checks and messages.  Each listening socket of a
+server is a ``listeners.Listener``, which accepts its connections; the
+socket file of a Unix server is ``unixpaths``'s.
 
 OS facts this module relies on:
 
-* ``accept()`` on a non-blocking listening socket raises ``BlockingIOError``
-  once the backlog is empty; up to ``backlog`` connections are accepted per
-  readiness event, so one busy listener cannot starve the loop.
-* When the process is out of fds (``EMFILE``/``ENFILE``) or memory
-  (``ENOBUFS``/``ENOMEM``), the listening socket stays readable with the
-  connection still queued in the kernel.  Polling it again at once would
-  spin.  snakeloop stops watching that socket for one second
-  (``ACCEPT_RETRY_DELAY``) and then tries again: pending connections wait
-  in the kernel's backlog instead of being accepted and dropped (libuv's
-  choice).  The exception handler hears of it once per episode, not once
-  per retry, so a long fd shortage does not flood the log.
 * ``IPV6_V6ONLY`` is set on IPv6 listeners, so an IPv4 and an IPv6 socket
   can both bind the same port when a host resolves to both families.
 * A Unix socket path left by a dead server makes ``bind`` fail with
@@ -34,12 +24,12 @@ import os
 import socket
 import sys
 import weakref
-from asyncio import constants, events, exceptions, tasks, trsock
+from asyncio import events, exceptions, tasks, trsock
 
 from . import unixpaths
 from .dns import ensure_resolved
+from .listeners import Listener
 from .sockets import check_ssl_socket
-from .transports.stream import SocketTransport
 
 __all__ = ["Server", "ServingMixin"]
 
@@ -76,27 +66,15 @@ def _set_reuseport(sock):
 class Server(events.AbstractServer):
     """Listening sockets and the connections accepted through them."""
 
-    def __init__(
-        self,
-        loop,
-        sockets,
-        protocol_factory,
-        ssl_context,
-        backlog,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout=None,
-    ):
+    def __init__(self, loop, listeners):
         self._loop = loop
-        self._sockets = sockets
+        self._listeners = listeners  # None once closed
+        for listener in listeners:
+            listener.server = self
         # Weak: a transport nobody references must still be collectable, so
         # its "unclosed transport" warning can fire.
         self._clients = weakref.WeakSet()
         self._waiters = []
-        self._protocol_factory = protocol_factory
-        self._backlog = backlog
-        self._ssl_context = ssl_context
-        self._ssl_handshake_timeout = ssl_handshake_timeout
-        self._ssl_shutdown_timeout = ssl_shutdown_timeout
         self._serving = False
         self._serving_forever_fut = None
 
@@ -108,7 +86,7 @@ class Server(events.AbstractServer):
 
     def _detach(self, transport):
         self._clients.discard(transport)
-        if len(self._clients) == 0 and self._sockets is None:
+        if len(self._clients) == 0 and self._listeners is None:
             self._wakeup()
 
     def _wakeup(self):
@@ -122,17 +100,8 @@ class Server(events.AbstractServer):
         if self._serving:
             return
         self._serving = True
-        for sock in self._sockets:
-            sock.listen(self._backlog)
-            self._loop._start_serving(
-                self._protocol_factory,
-                sock,
-                self._ssl_context,
-                self,
-                self._backlog,
-                self._ssl_handshake_timeout,
-                self._ssl_shutdown_timeout,
-            )
+        for listener in self._listeners:
+            listener.start()
 
     def get_loop(self):
         return self._loop
@@ -142,17 +111,17 @@ class Server(events.AbstractServer):
 
     @property
     def sockets(self):
-        if self._sockets is None:
+        if self._listeners is None:
             return ()
-        return tuple(trsock.TransportSocket(s) for s in self._sockets)
+        return tuple(trsock.TransportSocket(listener.sock) for listener in self._listeners)
 
     def close(self):
-        sockets = self._sockets
-        if sockets is None:
+        listeners = self._listeners
+        if listeners is None:
             return
-        self._sockets = None
-        for sock in sockets:
-            self._loop._stop_serving(sock)
+        self._listeners = None
+        for listener in listeners:
+            listener.close()
         self._serving = False
         if self._serving_forever_fut is not None and not self._serving_forever_fut.done():
             self._serving_forever_fut.cancel()
@@ -178,7 +147,7 @@ class Server(events.AbstractServer):
     async def serve_forever(self):
         if self._serving_forever_fut is not None:
             raise RuntimeError(f"server {self!r} is already being awaited on serve_forever()")
-        if self._sockets is None:
+        if self._listeners is None:
             raise RuntimeError(f"server {self!r} is closed")
         self._start_serving()
         self._serving_forever_fut = self._loop.create_future()
@@ -198,7 +167,7 @@ class Server(events.AbstractServer):
             # Wait until the server is closed and every connection is gone.
             if self._waiters is None:
                 return
-        elif self._sockets is None or self._waiters is None:
+        elif self._listeners is None or self._waiters is None:
             # 3.11 returns at once once the server is closed.
             return
         waiter = self._loop.create_future()
@@ -208,11 +177,6 @@ class Server(events.AbstractServer):
 
 class ServingMixin:
     """Stream servers for the loop."""
-
-    def _init_network(self):
-        self._unix_server_sockets = {}
-        # Listening fds whose accept() ran out of resources; reported once.
-        self._accept_starved = set()
 
     # -- servers ----------------------------------------------------------------
 
@@ -319,17 +283,21 @@ class ServingMixin:
                 raise ValueError(f"A Stream Socket was expected, got {sock!r}")
             sockets = [sock]
 
+        listeners = []
         for s in sockets:
             s.setblocking(False)
-        server = Server(
-            self,
-            sockets,
-            protocol_factory,
-            ssl,
-            backlog,
-            ssl_handshake_timeout,
-            ssl_shutdown_timeout,
-        )
+            listeners.append(
+                Listener(
+                    self,
+                    s,
+                    protocol_factory,
+                    ssl,
+                    backlog,
+                    ssl_handshake_timeout,
+                    ssl_shutdown_timeout,
+                )
+            )
+        server = Server(self, listeners)
         if start_serving:
             server._start_serving()
             await _first_iteration(server)
@@ -436,7 +404,7 @@ class ServingMixin:
             path = os.fspath(path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                await self._bind_unix_path(sock, path, cleanup_socket)
+                unix_inode = await self._bind_unix_path(sock, path, cleanup_socket)
             except BaseException:
                 sock.close()
                 raise
@@ -445,18 +413,19 @@ class ServingMixin:
                 raise ValueError("path was not specified, and no sock specified")
             if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
                 raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
-            if cleanup_socket:
-                await self._note_unix_inode(sock)
+            unix_inode = await self._note_unix_inode(sock) if cleanup_socket else None
         sock.setblocking(False)
-        server = Server(
+        listener = Listener(
             self,
-            [sock],
+            sock,
             protocol_factory,
             ssl,
             backlog,
             ssl_handshake_timeout,
             ssl_shutdown_timeout,
+            unix_inode,
         )
+        server = Server(self, [listener])
         if start_serving:
             server._start_serving()
             await _first_iteration(server)
@@ -465,6 +434,7 @@ class ServingMixin:
     async def _bind_unix_path(self, sock, path, cleanup_socket):
         # The filesystem work (stale file, bind, inode) is done in the
         # worker thread; errors are logged and raised here, in asyncio's order.
+        # Returns the inode of the socket file to remove at close(), if any.
         call = self._call_blocking(unixpaths.bind_path, sock, path, cleanup_socket)
         cancelled = await call.finish()
         if cancelled is not None:
@@ -486,20 +456,19 @@ class ServingMixin:
             raise exc
         if outcome.inode_error is not None:
             raise outcome.inode_error
-        if outcome.inode is not None:
-            self._unix_server_sockets[sock] = outcome.inode
+        return outcome.inode
 
     async def _note_unix_inode(self, sock):
-        # A socket bound by the caller: remember its file for close(), if any.
+        # A socket bound by the caller: the inode of its file, to remove at
+        # close(), if it has one.
         bound = sock.getsockname()
-        if unixpaths.has_file(bound):
-            call = self._call_blocking(unixpaths.inode_of, bound)
-            cancelled = await call.finish()
-            if cancelled is not None:
-                raise cancelled
-            inode = call.result()
-            if inode is not None:
-                self._unix_server_sockets[sock] = inode
+        if not unixpaths.has_file(bound):
+            return None
+        call = self._call_blocking(unixpaths.inode_of, bound)
+        cancelled = await call.finish()
+        if cancelled is not None:
+            raise cancelled
+        return call.result()
 
     if _PY313:
 
@@ -555,201 +524,3 @@ class ServingMixin:
                 start_serving,
                 False,
             )
-
-    # -- accepting ---------------------------------------------------------------
-
-    def _start_serving(
-        self,
-        protocol_factory,
-        sock,
-        sslcontext=None,
-        server=None,
-        backlog=100,
-        ssl_handshake_timeout=constants.SSL_HANDSHAKE_TIMEOUT,
-        ssl_shutdown_timeout=constants.SSL_SHUTDOWN_TIMEOUT,
-    ):
-        self._add_reader(
-            sock.fileno(),
-            self._accept_connection,
-            protocol_factory,
-            sock,
-            sslcontext,
-            server,
-            backlog,
-            ssl_handshake_timeout,
-            ssl_shutdown_timeout,
-        )
-
-    def _stop_serving(self, sock):
-        self._accept_starved.discard(sock.fileno())
-        self._remove_reader(sock.fileno())
-        path = None
-        prev_ino = self._unix_server_sockets.pop(sock, None)
-        if prev_ino is not None:
-            path = sock.getsockname()
-        sock.close()
-        if path is not None:
-            # Remove the socket file this server created, unless another
-            # server has bound the same path since.  In the loop thread:
-            # close() is synchronous and the file must be gone when it
-            # returns, as with asyncio (docs/design.md, "No blocking calls").
-            err = unixpaths.remove_if_same_inode(path, prev_ino)
-            if err is not None:
-                logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
-
-    def _accept_connection(
-        self,
-        protocol_factory,
-        sock,
-        sslcontext,
-        server,
-        backlog,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout,
-    ):
-        for _ in range(backlog):
-            try:
-                conn, addr = sock.accept()
-                if self._debug:
-                    logger.debug("%r got a new connection from %r: %r", server, addr, conn)
-                conn.setblocking(False)
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                # Nothing left to accept, or the peer gave up already.
-                self._accept_starved.discard(sock.fileno())
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    raise
-                self._pause_accepting(
-                    exc,
-                    protocol_factory,
-                    sock,
-                    sslcontext,
-                    server,
-                    backlog,
-                    ssl_handshake_timeout,
-                    ssl_shutdown_timeout,
-                )
-                return
-            self._accept_starved.discard(sock.fileno())
-            extra = {"peername": addr}
-            if sslcontext:
-                self.create_task(
-                    self._accept_tls_connection(
-                        protocol_factory,
-                        conn,
-                        extra,
-                        sslcontext,
-                        server,
-                        ssl_handshake_timeout,
-                        ssl_shutdown_timeout,
-                    )
-                )
-            else:
-                self._accept_plain_connection(protocol_factory, conn, extra, server)
-
-    def _pause_accepting(
-        self,
-        exc,
-        protocol_factory,
-        sock,
-        sslcontext,
-        server,
-        backlog,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout,
-    ):
-        fd = sock.fileno()
-        if fd not in self._accept_starved:
-            self._accept_starved.add(fd)
-            self.call_exception_handler(
-                {
-                    "message": "socket.accept() out of system resource",
-                    "exception": exc,
-                    "socket": trsock.TransportSocket(sock),
-                }
-            )
-        self._remove_reader(fd)
-        self.call_later(
-            constants.ACCEPT_RETRY_DELAY,
-            self._resume_accepting,
-            protocol_factory,
-            sock,
-            sslcontext,
-            server,
-            backlog,
-            ssl_handshake_timeout,
-            ssl_shutdown_timeout,
-        )
-
-    def _resume_accepting(self, protocol_factory, sock, *args):
-        if sock.fileno() < 0:
-            return  # the server was closed meanwhile
-        self._start_serving(protocol_factory, sock, *args)
-
-    def _accept_plain_connection(self, protocol_factory, conn, extra, server):
-        # No task per connection: the transport schedules connection_made.
-        protocol = None
-        try:
-            protocol = protocol_factory()
-            SocketTransport(self, conn, protocol, None, extra, server)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            conn.close()
-            if self._debug:
-                self._report_accept_error(exc, protocol, None)
-
-    async def _accept_tls_connection(
-        self,
-        protocol_factory,
-        conn,
-        extra,
-        sslcontext,
-        server,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout,
-    ):
-        protocol = None
-        transport = None
-        try:
-            protocol = protocol_factory()
-            waiter = self.create_future()
-            transport = self._make_stream_transport(
-                conn,
-                protocol,
-                waiter,
-                extra=extra,
-                server=server,
-                sslcontext=sslcontext,
-                server_side=True,
-                ssl_handshake_timeout=ssl_handshake_timeout,
-                ssl_shutdown_timeout=ssl_shutdown_timeout,
-            )
-            try:
-                await waiter
-            except BaseException:
-                transport.close()
-                # The handshake task is done with this connection; drop the
-                # references so the transport is not kept alive by the frame.
-                waiter = None
-                raise
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            if self._debug:
-                self._report_accept_error(exc, protocol, transport)
-
-    def _report_accept_error(self, exc, protocol, transport):
-        # The context is built here, not in the caller: the error's traceback
-        # keeps the caller's frame, and a context dict left in it would hold
-        # the error (a cycle).
-        context = {
-            "message": "Error on transport creation for incoming connection",
-            "exception": exc,
-        }
-        if protocol is not None:
-            context["protocol"] = protocol
-        if transport is not None:
-            context["transport"] = transport
-        self.call_exception_handler(context)
