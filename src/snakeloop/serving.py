@@ -24,7 +24,7 @@ import os
 import socket
 import sys
 import weakref
-from asyncio import events, exceptions, tasks, trsock
+from asyncio import base_events, exceptions, tasks, trsock
 
 from . import unixpaths
 from .dns import ensure_resolved
@@ -63,8 +63,14 @@ def _set_reuseport(sock):
         ) from None
 
 
-class Server(events.AbstractServer):
-    """Listening sockets and the connections accepted through them."""
+class Server(base_events.Server):
+    """Listening sockets and the connections accepted through them.
+
+    An ``asyncio.Server``, as the stdlib loop's servers are (type checkers
+    take ``create_server()``'s result for one), but it shares no code or
+    state with asyncio's: every method is this class's own, and asyncio's
+    ``__init__`` is not called.
+    """
 
     def __init__(self, loop, listeners):
         self._loop = loop
