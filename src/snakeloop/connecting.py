@@ -13,9 +13,16 @@ import logging
 import os
 import socket
 import sys
+from asyncio import BaseProtocol, Transport
+from collections.abc import Callable, Coroutine
+from os import PathLike
+from ssl import SSLContext
+from typing import Any, TypeVar
 
+from ._netloop import LoopMixinBase
 from .dns import ensure_resolved, interleave_addrinfos
 from .happy_eyeballs import staggered_connect
+from .newkeywords import ABSENT, hide_absent, since, unexpected_keyword
 from .sockets import check_ssl_socket
 from .transports.connected import stream_transport
 
@@ -25,22 +32,26 @@ logger = logging.getLogger("asyncio")
 
 _PY312 = sys.version_info >= (3, 12)
 
+_ProtocolT = TypeVar("_ProtocolT", bound=BaseProtocol)
+# (family, type, proto, canonname, sockaddr), as getaddrinfo() returns them.
+_AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
-class ConnectingMixin:
+
+class ConnectingMixin(LoopMixinBase):
     """Stream connections for the loop."""
 
     # -- transports --------------------------------------------------------------
 
     async def _create_connection_transport(
         self,
-        sock,
-        protocol_factory,
-        ssl,
-        server_hostname,
-        server_side=False,
-        ssl_handshake_timeout=None,
-        ssl_shutdown_timeout=None,
-    ):
+        sock: socket.socket,
+        protocol_factory: Callable[[], _ProtocolT],
+        ssl: SSLContext | bool | None,
+        server_hostname: str | None,
+        server_side: bool = False,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> tuple[Transport, _ProtocolT]:
         try:
             sock.setblocking(False)
             protocol = protocol_factory()
@@ -65,15 +76,20 @@ class ConnectingMixin:
             await waiter
         except BaseException:
             transport.close()
-            waiter = None
+            del waiter  # the error's traceback keeps this frame
             raise
         return transport, protocol
 
     # -- client connections --------------------------------------------------
 
-    async def _connect_sock(self, exceptions, addr_info, local_addr_infos=None):
+    async def _connect_sock(
+        self,
+        exceptions: list[list[OSError]],
+        addr_info: _AddrInfo,
+        local_addr_infos: list[_AddrInfo] | None = None,
+    ) -> socket.socket:
         """One connection attempt; its errors go to ``exceptions``."""
-        my_exceptions = []
+        my_exceptions: list[OSError] = []
         exceptions.append(my_exceptions)
         family, type_, proto, _, address = addr_info
         sock = None
@@ -90,7 +106,7 @@ class ConnectingMixin:
                     except OSError as exc:
                         msg = (
                             f"error while attempting to bind on address {laddr!r}: "
-                            f"{exc.strerror.lower()}"
+                            f"{str(exc.strerror).lower()}"
                         )
                         my_exceptions.append(OSError(exc.errno, msg))
                 else:
@@ -109,26 +125,44 @@ class ConnectingMixin:
                 sock.close()
             raise
         finally:
-            exceptions = my_exceptions = None
+            # The error's traceback keeps this frame: let go of the lists.
+            del exceptions, my_exceptions
 
-    async def _create_connection(
+    def _connect_attempt(
         self,
-        protocol_factory,
-        host,
-        port,
-        ssl,
-        family,
-        proto,
-        flags,
-        sock,
-        local_addr,
-        server_hostname,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout,
-        happy_eyeballs_delay,
-        interleave,
-        all_errors,
-    ):
+        errors: list[list[OSError]],
+        addrinfo: _AddrInfo,
+        laddr_infos: list[_AddrInfo] | None,
+    ) -> Callable[[], Coroutine[Any, Any, socket.socket]]:
+        """A zero-argument coroutine function for one staggered attempt."""
+        # Not a closure: its frame would be in the traceback of the error it
+        # appends to ``errors``, and its cell would hold ``errors`` after the
+        # return (the error -> traceback -> frame -> errors -> error cycle).
+        return functools.partial(self._connect_sock, errors, addrinfo, laddr_infos)
+
+    @hide_absent
+    async def create_connection(
+        self,
+        protocol_factory: Callable[[], _ProtocolT],
+        host: str | None = None,
+        port: int | str | None = None,
+        *,
+        ssl: SSLContext | bool | None = None,
+        family: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+        sock: socket.socket | None = None,
+        local_addr: tuple[Any, ...] | None = None,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+        happy_eyeballs_delay: float | None = None,
+        interleave: int | None = None,
+        all_errors: bool = since((3, 12), False),
+    ) -> tuple[Transport, _ProtocolT]:
+        """Open a TCP connection; return ``(transport, protocol)``."""
+        if not _PY312 and all_errors is not ABSENT:
+            raise unexpected_keyword(ConnectingMixin.create_connection, "all_errors")
         if server_hostname is not None and not ssl:
             raise ValueError("server_hostname is only meaningful with ssl")
         if server_hostname is None and ssl:
@@ -174,7 +208,7 @@ class ConnectingMixin:
             if interleave:
                 infos = interleave_addrinfos(infos, interleave)
 
-            errors = []
+            errors: list[list[OSError]] = []
             if happy_eyeballs_delay is None:
                 for addrinfo in infos:
                     try:
@@ -201,7 +235,8 @@ class ConnectingMixin:
                         "Multiple exceptions: {}".format(", ".join(str(exc) for exc in flat))
                     )
                 finally:
-                    flat = errors = None
+                    # The error's traceback keeps this frame.
+                    del flat, errors
         else:
             if sock is None:
                 raise ValueError("host and port was not specified and no sock specified")
@@ -221,101 +256,15 @@ class ConnectingMixin:
             logger.debug("%r connected to %s:%r: (%r, %r)", sock, host, port, transport, protocol)
         return transport, protocol
 
-    def _connect_attempt(self, errors, addrinfo, laddr_infos):
-        """A zero-argument coroutine function for one staggered attempt."""
-        # Not a closure: its frame would be in the traceback of the error it
-        # appends to ``errors``, and its cell would hold ``errors`` after the
-        # return (the error -> traceback -> frame -> errors -> error cycle).
-        return functools.partial(self._connect_sock, errors, addrinfo, laddr_infos)
-
-    if _PY312:
-
-        async def create_connection(
-            self,
-            protocol_factory,
-            host=None,
-            port=None,
-            *,
-            ssl=None,
-            family=0,
-            proto=0,
-            flags=0,
-            sock=None,
-            local_addr=None,
-            server_hostname=None,
-            ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None,
-            happy_eyeballs_delay=None,
-            interleave=None,
-            all_errors=False,
-        ):
-            """Open a TCP connection; return ``(transport, protocol)``."""
-            return await self._create_connection(
-                protocol_factory,
-                host,
-                port,
-                ssl,
-                family,
-                proto,
-                flags,
-                sock,
-                local_addr,
-                server_hostname,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                happy_eyeballs_delay,
-                interleave,
-                all_errors,
-            )
-
-    else:
-
-        async def create_connection(
-            self,
-            protocol_factory,
-            host=None,
-            port=None,
-            *,
-            ssl=None,
-            family=0,
-            proto=0,
-            flags=0,
-            sock=None,
-            local_addr=None,
-            server_hostname=None,
-            ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None,
-            happy_eyeballs_delay=None,
-            interleave=None,
-        ):
-            """Open a TCP connection; return ``(transport, protocol)``."""
-            return await self._create_connection(
-                protocol_factory,
-                host,
-                port,
-                ssl,
-                family,
-                proto,
-                flags,
-                sock,
-                local_addr,
-                server_hostname,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                happy_eyeballs_delay,
-                interleave,
-                False,
-            )
-
     async def connect_accepted_socket(
         self,
-        protocol_factory,
-        sock,
+        protocol_factory: Callable[[], _ProtocolT],
+        sock: socket.socket,
         *,
-        ssl=None,
-        ssl_handshake_timeout=None,
-        ssl_shutdown_timeout=None,
-    ):
+        ssl: SSLContext | bool | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> tuple[Transport, _ProtocolT]:
         """Wrap an already accepted socket in a transport."""
         if sock.type != socket.SOCK_STREAM:
             raise ValueError(f"A Stream Socket was expected, got {sock!r}")
@@ -340,15 +289,15 @@ class ConnectingMixin:
 
     async def create_unix_connection(
         self,
-        protocol_factory,
-        path=None,
+        protocol_factory: Callable[[], _ProtocolT],
+        path: str | PathLike[str] | None = None,
         *,
-        ssl=None,
-        sock=None,
-        server_hostname=None,
-        ssl_handshake_timeout=None,
-        ssl_shutdown_timeout=None,
-    ):
+        ssl: SSLContext | bool | None = None,
+        sock: socket.socket | None = None,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> tuple[Transport, _ProtocolT]:
         """Open a Unix stream connection; return ``(transport, protocol)``."""
         assert server_hostname is None or isinstance(server_hostname, str)
         if ssl:

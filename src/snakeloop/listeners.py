@@ -117,15 +117,17 @@ class Listener:
             self._retry = None
         sock = self.sock
         inode = self._unix_inode
-        path = None if inode is None else sock.getsockname()
+        if inode is None:
+            sock.close()
+            return
+        path = sock.getsockname()
         sock.close()
-        if path is not None:
-            # In the loop thread: close() is synchronous and the file must be
-            # gone when it returns, as with asyncio (docs/design.md, "No
-            # blocking calls").
-            err = unixpaths.remove_if_same_inode(path, inode)
-            if err is not None:
-                logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
+        # In the loop thread: close() is synchronous and the file must be
+        # gone when it returns, as with asyncio (docs/design.md, "No
+        # blocking calls").
+        err = unixpaths.remove_if_same_inode(path, inode)
+        if err is not None:
+            logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     # -- the accept path -------------------------------------------------------
 

@@ -24,11 +24,17 @@ import os
 import socket
 import sys
 import weakref
-from asyncio import base_events, exceptions, tasks, trsock
+from asyncio import AbstractEventLoop, BaseProtocol, Future, base_events, exceptions, tasks, trsock
+from collections.abc import Callable, Sequence
+from os import PathLike
+from ssl import SSLContext
+from typing import Any
 
 from . import unixpaths
+from ._netloop import LoopMixinBase
 from .dns import ensure_resolved
 from .listeners import Listener
+from .newkeywords import ABSENT, hide_absent, since, unexpected_keyword
 from .sockets import check_ssl_socket
 
 __all__ = ["Server", "ServingMixin"]
@@ -40,7 +46,7 @@ _PY313 = sys.version_info >= (3, 13)
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
 
 
-async def _first_iteration(server):
+async def _first_iteration(server: Server) -> None:
     """Let the listeners' registration go through before create_server returns."""
     try:
         await tasks.sleep(0)
@@ -52,7 +58,7 @@ async def _first_iteration(server):
         raise
 
 
-def _set_reuseport(sock):
+def _set_reuseport(sock: socket.socket) -> None:
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ValueError("reuse_port not supported by socket module")
     try:
@@ -72,56 +78,60 @@ class Server(base_events.Server):
     ``__init__`` is not called.
     """
 
-    def __init__(self, loop, listeners):
+    def __init__(self, loop: AbstractEventLoop, listeners: list[Listener]) -> None:
         self._loop = loop
-        self._listeners = listeners  # None once closed
+        self._listeners: list[Listener] | None = listeners  # None once closed
         for listener in listeners:
             listener.server = self
         # Weak: a transport nobody references must still be collectable, so
         # its "unclosed transport" warning can fire.
-        self._clients = weakref.WeakSet()
-        self._waiters = []
+        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._waiters: list[Future[Any]] | None = []
         self._serving = False
-        self._serving_forever_fut = None
+        self._serving_forever_fut: Future[None] | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
 
-    def _attach(self, transport):
+    def _attach(self, transport: Any) -> None:
         self._clients.add(transport)
 
-    def _detach(self, transport):
+    def _detach(self, transport: Any) -> None:
         self._clients.discard(transport)
         if len(self._clients) == 0 and self._listeners is None:
             self._wakeup()
 
-    def _wakeup(self):
+    def _wakeup(self) -> None:
         waiters = self._waiters
         self._waiters = None
-        for waiter in waiters:
+        # Woken twice: iterating None raises asyncio's TypeError.
+        for waiter in waiters:  # type: ignore[union-attr]
             if not waiter.done():
                 waiter.set_result(None if _PY312 else waiter)
 
-    def _start_serving(self):
+    def _start_serving(self) -> None:
         if self._serving:
             return
         self._serving = True
-        for listener in self._listeners:
+        # Closed: iterating None raises asyncio's TypeError.
+        for listener in self._listeners:  # type: ignore[union-attr]
             listener.start()
 
-    def get_loop(self):
+    def get_loop(self) -> AbstractEventLoop:
         return self._loop
 
-    def is_serving(self):
+    def is_serving(self) -> bool:
         return self._serving
 
     @property
-    def sockets(self):
+    def sockets(self) -> tuple[trsock.TransportSocket, ...]:  # type: ignore[override]
+        # typeshed says tuple[socket, ...]; asyncio's servers too return
+        # TransportSocket wrappers, which are not sockets.
         if self._listeners is None:
             return ()
         return tuple(trsock.TransportSocket(listener.sock) for listener in self._listeners)
 
-    def close(self):
+    def close(self) -> None:
         listeners = self._listeners
         if listeners is None:
             return
@@ -137,20 +147,20 @@ class Server(base_events.Server):
 
     if _PY313:
 
-        def close_clients(self):
+        def close_clients(self) -> None:
             for transport in self._clients.copy():
                 transport.close()
 
-        def abort_clients(self):
+        def abort_clients(self) -> None:
             for transport in self._clients.copy():
                 transport.abort()
 
-    async def start_serving(self):
+    async def start_serving(self) -> None:
         self._start_serving()
         # One iteration, so the listening sockets are registered on return.
         await tasks.sleep(0)
 
-    async def serve_forever(self):
+    async def serve_forever(self) -> None:
         if self._serving_forever_fut is not None:
             raise RuntimeError(f"server {self!r} is already being awaited on serve_forever()")
         if self._listeners is None:
@@ -168,7 +178,7 @@ class Server(base_events.Server):
         finally:
             self._serving_forever_fut = None
 
-    async def wait_closed(self):
+    async def wait_closed(self) -> None:
         if _PY312:
             # Wait until the server is closed and every connection is gone.
             if self._waiters is None:
@@ -181,12 +191,14 @@ class Server(base_events.Server):
         await waiter
 
 
-class ServingMixin:
+class ServingMixin(LoopMixinBase):
     """Stream servers for the loop."""
 
     # -- servers ----------------------------------------------------------------
 
-    async def _server_addrinfos(self, host, port, family, flags):
+    async def _server_addrinfos(
+        self, host: str | None, port: int | str | None, family: int, flags: int
+    ) -> list[Any]:
         infos = await ensure_resolved(
             self, (host, port), family=family, type=socket.SOCK_STREAM, flags=flags
         )
@@ -194,23 +206,28 @@ class ServingMixin:
             raise OSError(f"getaddrinfo({host!r}) returned empty list")
         return infos
 
-    async def _create_server(
+    @hide_absent
+    async def create_server(
         self,
-        protocol_factory,
-        host,
-        port,
-        family,
-        flags,
-        sock,
-        backlog,
-        ssl,
-        reuse_address,
-        reuse_port,
-        keep_alive,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout,
-        start_serving,
-    ):
+        protocol_factory: Callable[[], BaseProtocol],
+        host: str | Sequence[str] | None = None,
+        port: int | str | None = None,
+        *,
+        family: int = socket.AF_UNSPEC,
+        flags: int = socket.AI_PASSIVE,
+        sock: socket.socket | None = None,
+        backlog: int = 100,
+        ssl: SSLContext | bool | None = None,
+        reuse_address: bool | None = None,
+        reuse_port: bool | None = None,
+        keep_alive: bool | None = since((3, 13), None),
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+        start_serving: bool = True,
+    ) -> Server:
+        """Listen on ``host``/``port`` (or ``sock``); return a Server."""
+        if not _PY313 and keep_alive is not ABSENT:
+            raise unexpected_keyword(ServingMixin.create_server, "keep_alive")
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
         if ssl_handshake_timeout is not None and ssl is None:
@@ -225,6 +242,7 @@ class ServingMixin:
             if reuse_address is None:
                 reuse_address = os.name == "posix" and sys.platform != "cygwin"
             sockets = []
+            hosts: Sequence[str | None]
             if host == "":
                 hosts = [None]
             elif isinstance(host, str) or not isinstance(host, collections.abc.Iterable):
@@ -311,93 +329,23 @@ class ServingMixin:
             logger.info("%r is serving", server)
         return server
 
-    if _PY313:
-
-        async def create_server(
-            self,
-            protocol_factory,
-            host=None,
-            port=None,
-            *,
-            family=socket.AF_UNSPEC,
-            flags=socket.AI_PASSIVE,
-            sock=None,
-            backlog=100,
-            ssl=None,
-            reuse_address=None,
-            reuse_port=None,
-            keep_alive=None,
-            ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None,
-            start_serving=True,
-        ):
-            """Listen on ``host``/``port`` (or ``sock``); return a Server."""
-            return await self._create_server(
-                protocol_factory,
-                host,
-                port,
-                family,
-                flags,
-                sock,
-                backlog,
-                ssl,
-                reuse_address,
-                reuse_port,
-                keep_alive,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                start_serving,
-            )
-
-    else:
-
-        async def create_server(
-            self,
-            protocol_factory,
-            host=None,
-            port=None,
-            *,
-            family=socket.AF_UNSPEC,
-            flags=socket.AI_PASSIVE,
-            sock=None,
-            backlog=100,
-            ssl=None,
-            reuse_address=None,
-            reuse_port=None,
-            ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None,
-            start_serving=True,
-        ):
-            """Listen on ``host``/``port`` (or ``sock``); return a Server."""
-            return await self._create_server(
-                protocol_factory,
-                host,
-                port,
-                family,
-                flags,
-                sock,
-                backlog,
-                ssl,
-                reuse_address,
-                reuse_port,
-                None,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                start_serving,
-            )
-
-    async def _create_unix_server(
+    @hide_absent
+    async def create_unix_server(
         self,
-        protocol_factory,
-        path,
-        sock,
-        backlog,
-        ssl,
-        ssl_handshake_timeout,
-        ssl_shutdown_timeout,
-        start_serving,
-        cleanup_socket,
-    ):
+        protocol_factory: Callable[[], BaseProtocol],
+        path: str | PathLike[str] | None = None,
+        *,
+        sock: socket.socket | None = None,
+        backlog: int = 100,
+        ssl: SSLContext | bool | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+        start_serving: bool = True,
+        cleanup_socket: bool = since((3, 13), True),
+    ) -> Server:
+        """Listen on a Unix socket; return a Server."""
+        if not _PY313 and cleanup_socket is not ABSENT:
+            raise unexpected_keyword(ServingMixin.create_unix_server, "cleanup_socket")
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
         if ssl_handshake_timeout is not None and not ssl:
@@ -437,7 +385,9 @@ class ServingMixin:
             await _first_iteration(server)
         return server
 
-    async def _bind_unix_path(self, sock, path, cleanup_socket):
+    async def _bind_unix_path(
+        self, sock: socket.socket, path: str | bytes, cleanup_socket: bool
+    ) -> int | None:
         # The filesystem work (stale file, bind, inode) is done in the
         # worker thread; errors are logged and raised here, in asyncio's order.
         # Returns the inode of the socket file to remove at close(), if any.
@@ -464,7 +414,7 @@ class ServingMixin:
             raise outcome.inode_error
         return outcome.inode
 
-    async def _note_unix_inode(self, sock):
+    async def _note_unix_inode(self, sock: socket.socket) -> int | None:
         # A socket bound by the caller: the inode of its file, to remove at
         # close(), if it has one.
         bound = sock.getsockname()
@@ -475,58 +425,3 @@ class ServingMixin:
         if cancelled is not None:
             raise cancelled
         return call.result()
-
-    if _PY313:
-
-        async def create_unix_server(
-            self,
-            protocol_factory,
-            path=None,
-            *,
-            sock=None,
-            backlog=100,
-            ssl=None,
-            ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None,
-            start_serving=True,
-            cleanup_socket=True,
-        ):
-            """Listen on a Unix socket; return a Server."""
-            return await self._create_unix_server(
-                protocol_factory,
-                path,
-                sock,
-                backlog,
-                ssl,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                start_serving,
-                cleanup_socket,
-            )
-
-    else:
-
-        async def create_unix_server(
-            self,
-            protocol_factory,
-            path=None,
-            *,
-            sock=None,
-            backlog=100,
-            ssl=None,
-            ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None,
-            start_serving=True,
-        ):
-            """Listen on a Unix socket; return a Server."""
-            return await self._create_unix_server(
-                protocol_factory,
-                path,
-                sock,
-                backlog,
-                ssl,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                start_serving,
-                False,
-            )
