@@ -62,4 +62,6 @@ def stream_transport(
         ssl_shutdown_timeout=ssl_shutdown_timeout,
     )
     SocketTransport(loop, sock, ssl_protocol, extra=extra, server=server)
-    return ssl_protocol._app_transport
+    app_transport = ssl_protocol._app_transport
+    assert app_transport is not None  # only connection_lost() drops it
+    return app_transport

@@ -101,7 +101,7 @@ Each of these fixes an asyncio bug; everything else is meant to match.
 from __future__ import annotations
 
 import logging
-from asyncio import protocols
+from asyncio import BaseTransport, protocols
 
 from .ssltransport import SSLTransport
 from .tlsmachine import SSL_HANDSHAKE_TIMEOUT, SSL_SHUTDOWN_TIMEOUT, TLSMachine
@@ -129,21 +129,21 @@ class SSLProtocol(TLSMachine, protocols.BufferedProtocol):
     connection's events and its ciphertext to the methods below.
     """
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<snakeloop.SSLProtocol {_STATE_NAMES[self._state]}>"
 
     @property
-    def app_transport(self):
+    def app_transport(self) -> SSLTransport | None:
         """The transport to hand to the application (``None`` once lost)."""
         return self._app_transport
 
     # -- the transport below calls these ---------------------------------
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: BaseTransport) -> None:
         self._transport = transport
         self._start_handshake()
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: BaseException | None) -> None:
         self._write_backlog.clear()
         self._write_backlog_size = 0
         self._outgoing.read()
@@ -167,20 +167,20 @@ class SSLProtocol(TLSMachine, protocols.BufferedProtocol):
         self._wakeup_waiter(exc)
         self._cancel_timers()
 
-    def get_buffer(self, n):
+    def get_buffer(self, n: int) -> memoryview:
         # Always the whole buffer: the size hint is only a minimum.
         return self._recv_view
 
-    def buffer_updated(self, nbytes):
+    def buffer_updated(self, nbytes: int) -> None:
         self._incoming.write(self._recv_view[:nbytes])
         self._advance()
 
-    def data_received(self, data):
+    def data_received(self, data: bytes) -> None:
         # For transports below that do not do buffered reads.
         self._incoming.write(data)
         self._advance()
 
-    def eof_received(self):
+    def eof_received(self) -> bool | None:
         self._eof_received = True
         try:
             if self._loop.get_debug():
@@ -206,9 +206,9 @@ class SSLProtocol(TLSMachine, protocols.BufferedProtocol):
             raise
         return None
 
-    def pause_writing(self):
+    def pause_writing(self) -> None:
         self._ssl_writing_paused = True
 
-    def resume_writing(self):
+    def resume_writing(self) -> None:
         self._ssl_writing_paused = False
         self._process_outgoing()

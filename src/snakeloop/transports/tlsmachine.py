@@ -54,7 +54,8 @@ from __future__ import annotations
 import collections
 import logging
 import ssl
-from asyncio import constants, exceptions, protocols
+from asyncio import AbstractEventLoop, BaseProtocol, Future, constants, exceptions, protocols
+from typing import Any
 
 from .recvbuffer import recv_buffer
 from .ssltransport import SSLTransport
@@ -127,16 +128,16 @@ class TLSMachine:
 
     def __init__(
         self,
-        loop,
-        app_protocol,
-        sslcontext,
-        waiter,
-        server_side=False,
-        server_hostname=None,
-        call_connection_made=True,
-        ssl_handshake_timeout=None,
-        ssl_shutdown_timeout=None,
-    ):
+        loop: AbstractEventLoop,
+        app_protocol: BaseProtocol,
+        sslcontext: ssl.SSLContext | None,
+        waiter: Future[Any] | None,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        call_connection_made: bool = True,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> None:
         if ssl_handshake_timeout is None:
             ssl_handshake_timeout = SSL_HANDSHAKE_TIMEOUT
         elif ssl_handshake_timeout <= 0:
@@ -179,7 +180,8 @@ class TLSMachine:
 
         self._state = _UNWRAPPED
         self._app_state = _APP_INIT if call_connection_made else _APP_MADE
-        self._transport = None
+        # The transport below (see the contract in ``tls``); set by connection_made().
+        self._transport: Any = None
         self._eof_received = False
         # Counts connection_lost and writes after it, for the warning asyncio
         # logs when an application keeps writing to a dead connection.
@@ -190,10 +192,10 @@ class TLSMachine:
 
         # Plaintext the SSLObject has not taken yet (see the renegotiation
         # note in the module docstring); usually empty.
-        self._write_backlog = collections.deque()
+        self._write_backlog: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._write_backlog_size = 0
 
-        self._app_protocol = None
+        self._app_protocol: Any = None  # None once connection_lost was called
         self._app_protocol_is_buffer = False
         self._app_get_buffer = None
         self._app_buffer_updated = None
@@ -216,7 +218,7 @@ class TLSMachine:
         self._read_high = self._read_low = 0
         self._set_read_buffer_limits()
 
-        self._app_transport = SSLTransport(loop, self)
+        self._app_transport: SSLTransport | None = SSLTransport(loop, self)
 
     def _set_app_protocol(self, app_protocol):
         self._app_protocol = app_protocol

@@ -1,7 +1,8 @@
-"""The states of a TLS connection, shared by ``SSLProtocol`` and ``SSLTransport``.
+"""The states of a TLS connection, shared by the machine and its two faces.
 
-``SSLProtocol`` (``tls``) moves between them; ``SSLTransport``
-(``ssltransport``) reads them to answer ``is_closing()``.
+``TLSMachine`` (``tlsmachine``) moves between them, ``SSLProtocol`` (``tls``)
+on the transport below's events; ``SSLTransport`` (``ssltransport``) reads
+them to answer ``is_closing()``.
 """
 
 from __future__ import annotations
