@@ -172,3 +172,21 @@ def test_start_serving_a_closed_server():
         return run(loop, main())
 
     assert_same(scenario)
+
+
+def test_close_a_server_whose_socket_was_closed():
+    def scenario(loop):
+        async def main():
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            server = await loop.create_server(asyncio.Protocol, sock=sock)
+            sock.close()
+            try:
+                server.close()
+            except ValueError as exc:
+                return str(exc), server.is_serving(), server.sockets
+            raise AssertionError("no error")
+
+        return run(loop, main())
+
+    assert_same(scenario)

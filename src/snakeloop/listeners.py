@@ -61,7 +61,6 @@ class Listener:
         "server",
         "sock",
         "_loop",
-        "_fd",
         "_protocol_factory",
         "_ssl_context",
         "_ssl_handshake_timeout",
@@ -88,7 +87,6 @@ class Listener:
     ) -> None:
         self.sock = sock
         self._loop = loop
-        self._fd = sock.fileno()
         self._protocol_factory = protocol_factory
         self._ssl_context = ssl_context
         self._ssl_handshake_timeout = ssl_handshake_timeout
@@ -102,16 +100,28 @@ class Listener:
         # the next accept() that does not.
         self._starved = False
 
+    def __repr__(self) -> str:
+        if self._reader is not None:
+            state = "accepting"
+        elif self._retry is not None:
+            state = "paused"
+        else:
+            state = "idle"
+        return f"<Listener {state} {self.sock!r}>"
+
     def start(self) -> None:
         """Listen, and accept connections from the next loop iteration on."""
         self.sock.listen(self._backlog)
-        self._reader = self._loop._add_reader(self._fd, self._accept)
+        self._reader = self._loop._add_reader(self.sock.fileno(), self._accept)
 
     def close(self) -> None:
         """Stop accepting, close the socket and remove its Unix socket file."""
-        if self._reader is not None:
-            self._reader = None
-            self._loop._remove_reader(self._fd)
+        # Unregistered by what the socket says now, registered or not, as
+        # asyncio does: a socket closed behind the server's back raises
+        # ValueError for fd -1 instead of unregistering whatever has its old
+        # fd number by now.
+        self._reader = None
+        self._loop._remove_reader(self.sock.fileno())
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
@@ -167,14 +177,14 @@ class Listener:
                 }
             )
         self._reader = None
-        self._loop._remove_reader(self._fd)
+        self._loop._remove_reader(self.sock.fileno())
         self._retry = self._loop.call_later(constants.ACCEPT_RETRY_DELAY, self._resume)
 
     def _resume(self) -> None:
         self._retry = None
         if self.sock.fileno() < 0:
             return  # closed behind the server's back (close() cancels this timer)
-        self._reader = self._loop._add_reader(self._fd, self._accept)
+        self._reader = self._loop._add_reader(self.sock.fileno(), self._accept)
 
     def _accept_plain(self, conn: socket.socket, extra: dict[str, Any]) -> None:
         # No task per connection: the transport schedules connection_made.
