@@ -193,22 +193,6 @@ def test_the_package_imports_only_the_standard_library():
 
 # ------------------------------------------------------------------ the loop contract
 
-# Files that other issue-10 helpers rewrite on their own branches (network.py
-# split; signals, child watching and the executor made objects; fork; pipes
-# and TLS moved).  Their reach-ins are fixed there.  The lead removes this
-# set when those branches are merged; from then on every file is held to
-# the contract.
-_PENDING_OTHER_HELPERS = frozenset(
-    {
-        "network.py",
-        "transports/tls.py",
-    }
-)
-
-# Contract members that other issue-10 helpers add to the loop (the internal
-# fd table and the fork hook); removed with _PENDING_OTHER_HELPERS.
-_PENDING_CONTRACT_MEMBERS: frozenset[str] = frozenset()
-
 # Names an expression holding a loop goes by in the package.
 _LOOP_NAMES = frozenset({"loop", "_loop"})
 _ATTRIBUTE_BUILTINS = frozenset({"getattr", "setattr", "hasattr", "delattr"})
@@ -329,7 +313,7 @@ def test_parts_use_only_the_loop_contract():
     found = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         rel = _relative(path)
-        if not _held_to_the_contract(rel) or rel in _PENDING_OTHER_HELPERS:
+        if not _held_to_the_contract(rel):
             continue
         found += contract_violations(
             path.read_text(), rel, mixins.get(rel, frozenset()), CONTRACT_NAMES
@@ -337,20 +321,7 @@ def test_parts_use_only_the_loop_contract():
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                reason="added by another issue-10 helper's branch", raises=AssertionError
-            ),
-        )
-        if name in _PENDING_CONTRACT_MEMBERS
-        else name
-        for name in sorted(CONTRACT_NAMES)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(CONTRACT_NAMES))
 def test_the_loop_provides_every_contract_member(name):
     assert hasattr(Loop, name), f"snakeloop.Loop has no {name}"
 

@@ -11,8 +11,9 @@ The class is assembled from small parts, each in its own module:
   (``_executors``) and ``subprocess.Children`` (``_children``); their
   public methods here only delegate;
 * mixins with one job each, that keep no state of their own: ``errors``,
-  ``debug``, ``asyncgens``, ``offload``, ``dns``, ``pipes``, ``network``,
-  ``tls``, ``sockets``, ``sendfile``, ``datagrams``;
+  ``debug``, ``asyncgens``, ``offload``, ``dns``, ``pipes``, ``connecting``,
+  ``serving``, ``tls``, ``sockets``, ``sendfile``, ``datagrams``; a server's
+  listening sockets are ``listeners.Listener`` objects its ``Server`` owns;
 * this module: running and closing, fork safety (``_disown_after_fork``),
   futures and tasks, and readiness registration (``add_reader`` & co.).
 
@@ -50,15 +51,16 @@ from ._io.waker import Waker
 from ._process import forking
 from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
+from .connecting import ConnectingMixin
 from .datagrams import DatagramMixin
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import Executors
-from .network import NetworkMixin
 from .offload import OffloadMixin
 from .pipes import PipesMixin
 from .sendfile import SendfileMixin
+from .serving import ServingMixin
 from .signals import SignalHandlers
 from .sockets import SocketMixin
 from .subprocess import Children
@@ -112,7 +114,8 @@ class Loop(
     OffloadMixin,
     DnsMixin,
     PipesMixin,
-    NetworkMixin,
+    ConnectingMixin,
+    ServingMixin,
     TLSMixin,
     SocketMixin,
     SendfileMixin,
@@ -159,7 +162,6 @@ class Loop(
             self._task_class = Task
         self._init_asyncgens()
         self._init_offload()
-        self._init_network()
         self._signals = SignalHandlers(self)
         self._executors = Executors(self)
         self._children = Children(self)

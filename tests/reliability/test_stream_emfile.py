@@ -7,7 +7,7 @@ fails with ``EMFILE`` while connections keep waiting in the backlog.
 * no busy loop: the child's CPU time over the saturated window stays under
   5% of it;
 * no log flood: the exception handler hears of the shortage a few times at
-  most.  snakeloop's documented choice (``network.py``): stop watching the
+  most.  snakeloop's documented choice (``listeners.py``): stop watching the
   listener for ``ACCEPT_RETRY_DELAY`` (1 s) and retry, pending connections
   wait in the kernel backlog, and the handler is called once per episode.
   The stdlib loop reports every failed ``accept()`` and schedules duplicate

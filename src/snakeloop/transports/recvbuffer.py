@@ -13,21 +13,7 @@ construction on.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .._core.contract import LoopContract
-
-__all__ = ["RECV_BUFFER_SIZE", "recv_buffer"]
+__all__ = ["RECV_BUFFER_SIZE"]
 
 # The largest read asyncio makes (its transports' max_size).
 RECV_BUFFER_SIZE = 256 * 1024
-
-
-def recv_buffer(loop: LoopContract) -> memoryview:
-    """``loop._shared_recv_buffer()``.
-
-    Kept for transports/tls.py, which another issue-10 branch rewrites;
-    remove it once that module asks the loop itself.
-    """
-    return loop._shared_recv_buffer()
