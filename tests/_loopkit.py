@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -290,6 +291,49 @@ def children(*, zombie: bool) -> list[int]:
 def zombies() -> list[int]:
     """This process's children that have exited but were not reaped."""
     return children(zombie=True)
+
+
+FdIdentity = tuple[int, int, int, str]
+
+
+def open_fds() -> dict[int, tuple[FdIdentity, str]]:
+    """This process's open fds: number -> (identity, the name /proc/self/fd gives it).
+
+    Linux facts relied on: /proc/self/fd lists every open fd (and, for a moment, the one
+    listdir reads it through, closed by the time we look at it); its links name a path, or
+    ``socket:[inode]``, ``pipe:[inode]``, ``anon_inode:[kind]``.
+
+    The identity is what the fd refers to: (st_dev, st_ino, file type) and, for a link that is
+    no path, its name, because every anonymous inode (epoll, eventfd, signalfd...) shares one
+    inode number.  Two anonymous inodes of one kind still look alike.  A path is left out: a
+    file renamed or deleted while open is the same file.
+    """
+    fds: dict[int, tuple[FdIdentity, str]] = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            st = os.fstat(fd)
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the directory handle used by listdir itself
+        kind = "" if target.startswith("/") else target
+        fds[fd] = ((st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode), kind), target)
+    return fds
+
+
+def new_fds(
+    before: dict[int, tuple[FdIdentity, str]], after: dict[int, tuple[FdIdentity, str]]
+) -> dict[int, str]:
+    """The fds of ``after`` that ``before`` did not have open on the same file, by name.
+
+    Compares which fds and what they are, not how many: closing an fd that was open before
+    and leaking another one on its number (or on another) shows here.
+    """
+    return {
+        fd: target
+        for fd, (identity, target) in after.items()
+        if fd not in before or before[fd][0] != identity
+    }
 
 
 def socket_pair(kind: str = "unix-stream") -> tuple[socket.socket, socket.socket]:
