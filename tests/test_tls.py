@@ -23,7 +23,7 @@ import threading
 import weakref
 
 import pytest
-from _loopkit import run_fake
+from _loopkit import run_fake, run_within
 
 certs = pytest.importorskip("test.test_asyncio.utils")
 
@@ -58,8 +58,7 @@ def client_context(version=None, *, cafile=None, certfile=None):
     return ctx
 
 
-def run(loop, coro, timeout=TIMEOUT):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+run = run_within(TIMEOUT)
 
 
 class Recorder(asyncio.Protocol):

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from _loopkit import PY313
+from _loopkit import PY313, run
 
 
 def _executor_threads() -> list[threading.Thread]:
@@ -43,7 +43,7 @@ def test_r_ex_1_many_calls_half_cancelled(any_loop):
         with pytest.raises(RuntimeError, match="Executor shutdown has been called"):
             loop.run_in_executor(None, work, 0)
 
-    loop.run_until_complete(asyncio.wait_for(main(), 60))
+    run(loop, main(), 60)
     assert len(_executor_threads()) == baseline
 
 
@@ -68,7 +68,7 @@ def test_r_ex_1_shutdown_timeout_with_blocked_worker(any_loop):
         return elapsed
 
     try:
-        elapsed = loop.run_until_complete(asyncio.wait_for(main(), 30))
+        elapsed = run(loop, main(), 30)
     finally:
         release.set()
     assert 0.4 <= elapsed <= 1.0

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from _loopkit import stdlib_xfail, zombies
+from _loopkit import fd_count, run_within, stdlib_xfail, zombies
 
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
@@ -29,12 +29,7 @@ STDLIB_WAIT_WAITS_FOR_PIPES = (
 )
 
 
-def fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def run(loop, coro, timeout=60):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+run = run_within(60)
 
 
 def digest(data) -> tuple[int, str]:
