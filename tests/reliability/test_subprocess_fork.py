@@ -15,7 +15,7 @@ import time
 import warnings
 
 import pytest
-from _loopkit import PY312, echo_back, fork_call, new_loop, quiet_fork, reap, run
+from _loopkit import PY312, echo_back, fork_call, new_loop, quiet_fork, reap, run, stdlib_xfail
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
@@ -112,9 +112,13 @@ def _mp_child_sigterm(started, handled_w):
         time.sleep(0.1)
 
 
-def test_r_fork_1_child_sigterm_not_seen_by_parent(any_loop, loop_kind):
-    if loop_kind == "stdlib" and not PY312:
-        pytest.skip("asyncio resets the wakeup fd in a forked child only from 3.12")
+@stdlib_xfail(
+    not PY312,
+    strict=True,
+    raises=AssertionError,
+    reason="asyncio resets the signal wakeup fd in a forked child only from 3.12",
+)
+def test_r_fork_1_child_sigterm_not_seen_by_parent(any_loop):
     loop = any_loop
     parent_calls = []
     loop.add_signal_handler(signal.SIGTERM, parent_calls.append, "parent")
@@ -235,9 +239,13 @@ def test_r_fork_1_server_start_stop_in_threads_and_forks(loop_kind):
 # -- R-FORK-2 ---------------------------------------------------------------------
 
 
-def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop, loop_kind):
-    if loop_kind == "stdlib" and not PY312:
-        pytest.skip("3.11's get_event_loop() returns the parent's stdlib loop in a child")
+@stdlib_xfail(
+    not PY312,
+    strict=True,
+    raises=AssertionError,
+    reason="3.11's get_event_loop() returns the parent's stdlib loop in a forked child",
+)
+def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop):
     loop = any_loop
     asyncio.set_event_loop(loop)
 
@@ -251,12 +259,14 @@ def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop, loop_kind):
 
     try:
         pid, rfd = fork_call(child)
-        assert read_all_blocking(rfd) is True
+        fresh = read_all_blocking(rfd)
         assert reap(pid) == 0
+        assert fresh is True
     finally:
         asyncio.set_event_loop(None)
 
 
+@stdlib_xfail(strict=True, raises=AssertionError, reason=STDLIB_SHARES_EPOLL)
 def test_r_fork_2_parent_loop_in_child(any_loop, loop_kind):
     loop = any_loop
     r, w = os.pipe()
@@ -289,11 +299,7 @@ def test_r_fork_2_parent_loop_in_child(any_loop, loop_kind):
                 await asyncio.sleep(0.01)
             return False
 
-        if loop_kind == "stdlib":
-            if not loop.run_until_complete(wait_fired()):
-                pytest.xfail(STDLIB_SHARES_EPOLL)
-        else:
-            assert loop.run_until_complete(wait_fired())
+        assert loop.run_until_complete(wait_fired())
         assert fired == [b"!"]
     finally:
         loop.remove_reader(r)
