@@ -11,14 +11,19 @@ import asyncio
 import asyncio.futures
 import asyncio.tasks
 import contextlib
+import functools
 import gc
 import importlib
+import itertools
+import json
 import logging
 import os
 import re
 import socket
+import stat
 import sys
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 LOOP_KINDS = ("snakeloop", "stdlib")
@@ -157,6 +162,23 @@ def loop_ctx(kind: str, **kwargs: Any) -> Iterator[asyncio.AbstractEventLoop]:
         close_loop(loop)
 
 
+def run(loop: asyncio.AbstractEventLoop, coro: Awaitable[Any], timeout: float) -> Any:
+    """``loop.run_until_complete(coro)`` with a watchdog.
+
+    A hang ends in ``TimeoutError`` raised where the coroutine waits, well before the test's
+    time limit; ``timeout`` is never reached when things work.
+    """
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+def run_within(timeout: float) -> Callable[..., Any]:
+    """:func:`run` with ``timeout`` as its default: ``run = run_within(GUARD)`` in a module.
+
+    The module's calls may still pass another ``timeout=``.
+    """
+    return functools.partial(run, timeout=timeout)
+
+
 def run_once(loop: asyncio.AbstractEventLoop) -> None:
     """Run exactly one loop iteration (the documented stop-then-run idiom)."""
     loop.call_soon(loop.stop)
@@ -292,6 +314,67 @@ def zombies() -> list[int]:
     return children(zombie=True)
 
 
+def fd_is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def fd_set() -> set[int]:
+    """The numbers of this process's open fds (see :func:`open_fds` for what they are)."""
+    # The fd listdir reads the directory through is closed by the time it returns.
+    return {fd for fd in map(int, os.listdir("/proc/self/fd")) if fd_is_open(fd)}
+
+
+def fd_count() -> int:
+    return len(fd_set())
+
+
+FdIdentity = tuple[int, int, int, str]
+
+
+def open_fds() -> dict[int, tuple[FdIdentity, str]]:
+    """This process's open fds: number -> (identity, the name /proc/self/fd gives it).
+
+    Linux facts relied on: /proc/self/fd lists every open fd (and, for a moment, the one
+    listdir reads it through, closed by the time we look at it); its links name a path, or
+    ``socket:[inode]``, ``pipe:[inode]``, ``anon_inode:[kind]``.
+
+    The identity is what the fd refers to: (st_dev, st_ino, file type) and, for a link that is
+    no path, its name, because every anonymous inode (epoll, eventfd, signalfd...) shares one
+    inode number.  Two anonymous inodes of one kind still look alike.  A path is left out: a
+    file renamed or deleted while open is the same file.
+    """
+    fds: dict[int, tuple[FdIdentity, str]] = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            st = os.fstat(fd)
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the directory handle used by listdir itself
+        kind = "" if target.startswith("/") else target
+        fds[fd] = ((st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode), kind), target)
+    return fds
+
+
+def new_fds(
+    before: dict[int, tuple[FdIdentity, str]], after: dict[int, tuple[FdIdentity, str]]
+) -> dict[int, str]:
+    """The fds of ``after`` that ``before`` did not have open on the same file, by name.
+
+    Compares which fds and what they are, not how many: closing an fd that was open before
+    and leaking another one on its number (or on another) shows here.
+    """
+    return {
+        fd: target
+        for fd, (identity, target) in after.items()
+        if fd not in before or before[fd][0] != identity
+    }
+
+
 def socket_pair(kind: str = "unix-stream") -> tuple[socket.socket, socket.socket]:
     """Two connected non-blocking sockets; the caller closes them.
 
@@ -325,12 +408,99 @@ def closing_socket_pair(
         yield a, b
 
 
+_dgram_names = itertools.count()
+
+
+def unix_dgram_pair(tmp_path: Any) -> tuple[socket.socket, socket.socket, str]:
+    """(sock, peer, peer_path): ``sock`` connected to ``peer`` (non-blocking), a bound Unix
+    datagram socket in ``tmp_path`` that nobody reads; the caller closes both."""
+    path = str(tmp_path / f"peer{next(_dgram_names)}")
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    peer.bind(path)
+    peer.setblocking(False)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.connect(path)
+    return sock, peer, path
+
+
+async def connect_idle(
+    loop: asyncio.AbstractEventLoop, addr: Any, count: int
+) -> list[socket.socket]:
+    """``count`` TCP connections to ``addr`` that never send a byte; the caller closes them."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            socks.append(sock)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, addr)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
 async def echo_back(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A ``start_server`` handler that sends everything back, then closes at EOF."""
     while data := await reader.read(1 << 16):
         writer.write(data)
         await writer.drain()
     writer.close()
+
+
+# A child's script that prints the sorted list of its open fds.
+LIST_FDS_SCRIPT = (
+    "import os\n"
+    "fds = []\n"
+    "for name in os.listdir('/proc/self/fd'):\n"
+    "    try:\n"
+    "        os.fstat(int(name))\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    fds.append(int(name))\n"
+    "print(sorted(fds))\n"
+)
+
+
+@contextlib.contextmanager
+def quiet_fork() -> Iterator[None]:
+    """Around ``os.fork()``: 3.12+ warns (DeprecationWarning) about fork() with threads alive,
+    and the run's warning filter would raise it in the parent after the child exists."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+def fork_call(child_main: Callable[[], Any]) -> tuple[int, int]:
+    """Fork; the child runs ``child_main()`` and writes its result as JSON to a pipe.
+
+    Returns (pid, the pipe's read end).  The child exits 0 after a result, 1 after an
+    exception, which it reports as ``{"error": "Type: message"}``.
+    """
+    r, w = os.pipe()
+    with quiet_fork():
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.close(r)
+            result = child_main()
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            try:
+                os.write(w, json.dumps(result).encode())
+            finally:
+                os._exit(code)
+    os.close(w)
+    return pid, r
+
+
+def reap(pid: int) -> int:
+    """Wait for the child ``pid``; its exit code (minus the signal that ended it)."""
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def stdlib_xfail(*args: Any, **kwargs: Any) -> Any:

@@ -37,7 +37,9 @@ from _loopkit import (  # noqa: E402
     ExceptionRecorder,
     FakeClock,
     close_loop,
+    new_fds,
     new_loop,
+    open_fds,
 )
 
 pytest_plugins = ["_time_limits", "pytester"]
@@ -46,16 +48,6 @@ _LOGGERS = ("asyncio", "snakeloop")
 _THREAD_GRACE = 5.0
 # The slowest stress test took 36 s (-m stress --durations=30, 3.11, a busy 2-core machine).
 STRESS_TIME_LIMIT = 300.0
-
-
-def _fd_snapshot() -> dict[int, str]:
-    fds = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            fds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue  # the directory handle used by listdir itself
-    return fds
 
 
 def _live_loops() -> list[asyncio.AbstractEventLoop]:
@@ -105,7 +97,7 @@ def _leak_guard(request: pytest.FixtureRequest):
         lg.addHandler(capture)
     request.node._asyncio_error_capture = capture
 
-    fds_before = _fd_snapshot()
+    fds_before = open_fds()
     threads_before = set(threading.enumerate())
     policy_before = asyncio.get_event_loop_policy()
     hooks_before = sys.get_asyncgen_hooks()
@@ -172,12 +164,15 @@ def _leak_guard(request: pytest.FixtureRequest):
         if leaked_threads:
             problems.append(f"threads leaked: {leaked_threads!r}")
 
-        fds_after = _fd_snapshot()
-        if len(fds_after) > len(fds_before):
-            new = {fd: tgt for fd, tgt in fds_after.items() if fds_before.get(fd) != tgt}
+        # Which fds and what they are, not how many: a test that closes an fd it was given
+        # and leaks one of its own keeps the count.
+        fds_after = open_fds()
+        leaked = new_fds(fds_before, fds_after)
+        if leaked:
+            closed = new_fds(fds_after, fds_before)
             problems.append(
-                f"file descriptors leaked: {len(fds_before)} before, {len(fds_after)} after; "
-                f"new: {new!r}"
+                f"file descriptors leaked: {leaked!r}"
+                + (f"; closed during the test: {closed!r}" if closed else "")
             )
     finally:
         for lg in loggers:

@@ -24,7 +24,7 @@ import os
 import socket
 
 import pytest
-from _loopkit import Raised, closing_socket_pair, outcome, socket_pair
+from _loopkit import Raised, closing_socket_pair, outcome, run, socket_pair
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,7 +77,7 @@ def _reader_fires(loop, sock, peer):
     loop.add_reader(sock, _set_once, fired)
     peer.send(b"x")
     try:
-        loop.run_until_complete(asyncio.wait_for(fired, GUARD))
+        run(loop, fired, GUARD)
         return "fired"
     except TimeoutError:
         return "never fired"
@@ -319,7 +319,7 @@ def test_transport_check_uses_the_objects_own_fileno(any_loop, closet):
             transport.close()
             await lost
 
-    removed, by_fd = any_loop.run_until_complete(asyncio.wait_for(scenario(), GUARD))
+    removed, by_fd = run(any_loop, scenario(), GUARD)
     assert removed == ("ok", True)
     # The transport is live on that fd: asked by number, the check refuses.
     assert by_fd.type is RuntimeError

@@ -7,7 +7,6 @@ Each child reports a JSON result through a pipe and leaves with
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -16,41 +15,18 @@ import threading
 import warnings
 
 import pytest
-from _loopkit import PY312, new_loop, snakeloop_module
+from _loopkit import (
+    PY312,
+    fork_call,
+    new_loop,
+    quiet_fork,
+    reap,
+    run,
+    snakeloop_module,
+    stdlib_xfail,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-
-
-@contextlib.contextmanager
-def _quiet_fork_warning():
-    # 3.12+ warns (DeprecationWarning) about fork() with threads alive; the
-    # warning filter of the test run would turn that into an exception in
-    # the parent after the child already exists.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
-
-
-def fork_call(child_main) -> tuple[int, int]:
-    """Fork; the child runs ``child_main()`` and writes its JSON result."""
-    r, w = os.pipe()
-    with _quiet_fork_warning():
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(r)
-            result = child_main()
-            code = 0
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-        finally:
-            try:
-                os.write(w, json.dumps(result).encode())
-            finally:
-                os._exit(code)
-    os.close(w)
-    return pid, r
 
 
 async def read_result(loop, rfd) -> object:
@@ -68,11 +44,6 @@ async def read_result(loop, rfd) -> object:
     await loop.connect_read_pipe(Collect, open(rfd, "rb", 0))
     await done
     return json.loads(b"".join(chunks) or b"null")
-
-
-def reap(pid) -> int:
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 def fresh_loop_work(kind: str) -> dict:
@@ -105,7 +76,7 @@ def test_child_runs_a_fresh_loop_parent_goes_on(any_loop, loop_kind):
         handle.cancel()
         return result, reap(pid), ticks
 
-    result, rc, ticks = loop.run_until_complete(asyncio.wait_for(main(), 20))
+    result, rc, ticks = run(loop, main(), 20)
     assert result == {"out": "grandchild", "rc": 0}
     assert rc == 0
     assert ticks == ["tick"]
@@ -135,7 +106,7 @@ def test_inherited_loop_is_closed_in_child(loop):
 
     # Forked while the loop is idle, so the child may try to run it.
     pid, rfd = fork_call(child)
-    result = loop.run_until_complete(asyncio.wait_for(read_result(loop, rfd), 20))
+    result = run(loop, read_result(loop, rfd), 20)
     assert reap(pid) == 0, result
     assert result == {
         "closed": True,
@@ -148,7 +119,12 @@ def test_inherited_loop_is_closed_in_child(loop):
     assert loop.run_until_complete(asyncio.sleep(0.001, "still fine")) == "still fine"
 
 
-def test_child_cannot_unregister_parent_fds(any_loop, loop_kind):
+@stdlib_xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the stdlib selector loop shares its epoll instance with a forked child",
+)
+def test_child_cannot_unregister_parent_fds(any_loop):
     loop = any_loop
     r, w = os.pipe()
     fired = []
@@ -175,8 +151,6 @@ def test_child_cannot_unregister_parent_fds(any_loop, loop_kind):
         return result
 
     try:
-        if loop_kind == "stdlib":
-            pytest.xfail("the stdlib selector loop shares its epoll instance with a forked child")
         assert loop.run_until_complete(main()) == "done"
         assert fired == [b"!"]
     finally:
@@ -185,9 +159,13 @@ def test_child_cannot_unregister_parent_fds(any_loop, loop_kind):
         os.close(w)
 
 
-def test_child_signal_does_not_reach_parent_handler(any_loop, loop_kind):
-    if loop_kind == "stdlib" and not PY312:
-        pytest.skip("asyncio resets the signal wakeup fd in a forked child only from 3.12")
+@stdlib_xfail(
+    not PY312,
+    strict=True,
+    raises=AssertionError,
+    reason="asyncio resets the signal wakeup fd in a forked child only from 3.12",
+)
+def test_child_signal_does_not_reach_parent_handler(any_loop):
     loop = any_loop
     got = []
     loop.add_signal_handler(signal.SIGUSR1, got.append, "parent")
@@ -211,7 +189,7 @@ def test_child_signal_does_not_reach_parent_handler(any_loop, loop_kind):
         return result, before
 
     try:
-        result, before = loop.run_until_complete(asyncio.wait_for(main(), 20))
+        result, before = run(loop, main(), 20)
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)
     assert result == "signalled"
@@ -252,7 +230,7 @@ def test_fork_from_thread_then_signals_in_child(loop):
         result = await read_result(loop, box["rfd"])
         return result, reap(box["pid"])
 
-    result, rc = loop.run_until_complete(asyncio.wait_for(main(), 20))
+    result, rc = run(loop, main(), 20)
     assert (result, rc) == (["child"], 0)
 
 
@@ -295,7 +273,7 @@ def test_parent_loop_closed_in_child_is_harmless(loop):
 
     try:
         pid, rfd = fork_call(child)  # the loop is idle: the child may close it
-        assert loop.run_until_complete(asyncio.wait_for(main(rfd), 20)) == "closed"
+        assert run(loop, main(rfd), 20) == "closed"
         assert reap(pid) == 0
     finally:
         loop.remove_reader(r)
@@ -310,7 +288,7 @@ def test_child_returning_into_the_running_loop_is_refused_at_its_next_poll(loop)
     r, w = os.pipe()
 
     async def main():
-        with _quiet_fork_warning():
+        with quiet_fork():
             pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             # Back into the inherited loop, which now has to poll.

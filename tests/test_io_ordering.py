@@ -16,10 +16,10 @@ deque empty, or holding exactly what the test put there.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import pytest
+from _loopkit import run
 
 
 class Trace(list):
@@ -57,10 +57,10 @@ def pairs():
         b.close()
 
 
-def run(loop, trace, kick):
+def kick_then_trace(loop, trace, kick):
     """Call ``kick`` from a timer, then run until the trace is complete."""
     loop.call_at(loop.time(), kick)
-    loop.run_until_complete(asyncio.wait_for(trace.done, 10))
+    run(loop, trace.done, 10)
 
 
 def one_shot_reader(loop, sock, trace, name, *then, after=None):
@@ -92,7 +92,7 @@ def test_lone_reader_then_what_it_schedules(fake_loop, pairs):
     ((a, b),) = pairs(1)
     trace = Trace(fake_loop, "soon-from-reader")
     one_shot_reader(fake_loop, a, trace, "reader", "soon-from-reader")
-    run(fake_loop, trace, lambda: b.send(b"x"))
+    kick_then_trace(fake_loop, trace, lambda: b.send(b"x"))
     assert trace == ["reader", "soon-from-reader"]
 
 
@@ -110,7 +110,7 @@ def test_reader_runs_before_a_due_timer_and_both_before_what_they_schedule(fake_
         # Due on the next iteration, the one whose poll reports a.
         fake_loop.call_at(fake_loop.time(), timer)
 
-    run(fake_loop, trace, kick)
+    kick_then_trace(fake_loop, trace, kick)
     assert trace == ["reader", "timer", "soon-from-reader", "soon-from-timer"]
 
 
@@ -133,7 +133,7 @@ def test_reader_runs_before_a_timer_due_right_after_it(fake_loop, fake_clock, pa
         b.send(b"x")
         fake_loop.call_at(fake_loop.time() + 0.5, trace.append, "timer")
 
-    run(fake_loop, trace, kick)
+    kick_then_trace(fake_loop, trace, kick)
     assert trace == ["reader", "soon-from-reader", "timer"]
 
 
@@ -146,7 +146,7 @@ def test_callbacks_ready_before_the_poll_run_before_the_reader(fake_loop, pairs)
         b.send(b"x")
         fake_loop.call_soon(trace.append, "soon")
 
-    run(fake_loop, trace, kick)
+    kick_then_trace(fake_loop, trace, kick)
     assert trace == ["soon", "reader"]
 
 
@@ -172,7 +172,7 @@ def test_reader_replaced_mid_batch_is_not_run_on_the_old_event(fake_loop, pairs)
         a_peer.send(b"x")
         b_peer.send(b"x")
 
-    run(fake_loop, trace, kick)
+    kick_then_trace(fake_loop, trace, kick)
     # Both fds were ready at the poll: if b came first its old reader ran
     # (and, not consuming, would run again if it were still registered).
     assert trace in (["a", "soon-from-a", "new b"], ["old b", "a", "soon-from-a", "new b"])
@@ -185,7 +185,7 @@ def test_several_readers_run_in_one_iteration_before_what_they_schedule(fake_loo
     for i, (a, _) in enumerate(made):
         one_shot_reader(fake_loop, a, trace, f"r{i}", f"soon-r{i}")
 
-    run(fake_loop, trace, lambda: send_to_all(made))
+    kick_then_trace(fake_loop, trace, lambda: send_to_all(made))
     readers = [t for t in trace if not t.startswith("soon")]
     assert sorted(readers) == ["r0", "r1", "r2"]
     # One poll reported all three, so all ran before anything they
@@ -209,7 +209,7 @@ def test_several_readers_run_before_a_due_timer(fake_loop, pairs):
         send_to_all(made)
         fake_loop.call_at(fake_loop.time(), timer)
 
-    run(fake_loop, trace, kick)
+    kick_then_trace(fake_loop, trace, kick)
     readers = trace[:2]
     assert sorted(readers) == ["r0", "r1"]
     soon = [f"soon-{name}" for name in readers]
@@ -229,7 +229,7 @@ def test_reader_cancelling_a_timer_due_in_its_iteration(fake_loop, pairs):
         send_to_all(made)
         timer = fake_loop.call_at(fake_loop.time(), trace.append, "timer")
 
-    run(fake_loop, trace, kick)
+    kick_then_trace(fake_loop, trace, kick)
     # The timer was queued behind the readers, cancelled, and skipped.
     assert sorted(trace[:2]) == ["r0", "r1"]
     assert trace[2:] == ["soon", "soon"]
@@ -247,7 +247,7 @@ def test_reader_raising_does_not_stop_the_batch(fake_loop, pairs):
     for i, (a, _) in enumerate(made):
         one_shot_reader(fake_loop, a, trace, f"r{i}", "soon", after=fail)
 
-    run(fake_loop, trace, lambda: send_to_all(made))
+    kick_then_trace(fake_loop, trace, lambda: send_to_all(made))
     assert sorted(trace[:2]) == ["r0", "r1"]
     assert trace[2:] == ["soon", "soon"]
     assert sorted(str(e) for e in errors) == ["r0", "r1"]
@@ -267,7 +267,7 @@ def test_reader_of_a_socket_written_by_a_callback_runs_after_what_it_scheduled(f
         trace.append("writer")
         fake_loop.call_soon(trace.append, "soon-from-writer")
 
-    run(fake_loop, trace, writer)
+    kick_then_trace(fake_loop, trace, writer)
     assert trace == ["writer", "soon-from-writer", "reader"]
 
 
@@ -286,11 +286,11 @@ def test_keyboard_interrupt_in_a_reader_keeps_the_rest_of_the_batch(fake_loop, p
         one_shot_reader(fake_loop, a, trace, f"r{i}", after=interrupt_once)
 
     with pytest.raises(KeyboardInterrupt):
-        run(fake_loop, trace, lambda: send_to_all(made))
+        kick_then_trace(fake_loop, trace, lambda: send_to_all(made))
     assert len(trace) == 1
     # The other reader was already in the interrupted iteration's batch: it
     # runs first when the loop runs again, before anything scheduled since.
     fake_loop.call_soon(trace.append, "after")
-    fake_loop.run_until_complete(asyncio.wait_for(trace.done, 10))
+    run(fake_loop, trace.done, 10)
     assert sorted(trace[:2]) == ["r0", "r1"]
     assert trace[2:] == ["after"]

@@ -27,7 +27,7 @@ import threading
 import time
 
 import pytest
-from _loopkit import PY313, children, closing_socket_pair, stdlib_xfail, zombies
+from _loopkit import PY313, children, closing_socket_pair, run_within, stdlib_xfail, zombies
 
 blockbuster = pytest.importorskip("blockbuster")
 
@@ -36,8 +36,7 @@ GUARD = 20.0  # a hang guard, never a timing assertion
 DATA = bytes(range(256)) * 1024  # 256 KiB
 
 
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 def run_watched(loop, coro):

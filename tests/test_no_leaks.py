@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import socket
 import threading
 import weakref
 
 import pytest
-from _loopkit import LOOP_KINDS, capture_logs, close_loop, loop_ctx, new_loop, run_once
-
-
-def fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
+from _loopkit import LOOP_KINDS, capture_logs, close_loop, loop_ctx, new_loop, open_fds, run_once
 
 
 class Payload:
@@ -39,31 +34,31 @@ def _cycle(kind: str, with_executor: bool) -> None:
 @pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_create_close_cycles_leak_no_fds(kind):
     _cycle(kind, False)  # warm up lazily created module state
-    before = fd_count()
+    before = open_fds()
     for _ in range(200):
         _cycle(kind, False)
     gc.collect()
-    assert fd_count() == before
+    assert open_fds() == before
 
 
 @pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_create_close_cycles_with_executor_leak_no_threads(kind):
     before_threads = set(threading.enumerate())
-    before_fds = fd_count()
+    before_fds = open_fds()
     for _ in range(30):
         _cycle(kind, True)
     gc.collect()
     assert set(threading.enumerate()) == before_threads
-    assert fd_count() == before_fds
+    assert open_fds() == before_fds
 
 
 @pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_close_without_run_leaks_nothing(kind):
-    before = fd_count()
+    before = open_fds()
     for _ in range(100):
         new_loop(kind).close()
     gc.collect()
-    assert fd_count() == before
+    assert open_fds() == before
 
 
 @pytest.mark.parametrize("kind", LOOP_KINDS)
@@ -85,7 +80,7 @@ def test_closed_loop_is_collectable(kind):
 
 
 def test_loops_in_threads_leak_nothing():
-    before_fds = fd_count()
+    before_fds = open_fds()
     before_threads = set(threading.enumerate())
     errors = []
 
@@ -107,12 +102,12 @@ def test_loops_in_threads_leak_nothing():
             th.join()
     assert not errors
     gc.collect()
-    assert fd_count() == before_fds
+    assert open_fds() == before_fds
     assert set(threading.enumerate()) == before_threads
 
 
 def test_reader_registration_cycles_leak_no_fds(any_loop):
-    before = fd_count()
+    before = open_fds()
     for _ in range(200):
         a, b = socket.socketpair()
         any_loop.add_reader(a, lambda: None)
@@ -123,7 +118,7 @@ def test_reader_registration_cycles_leak_no_fds(any_loop):
         a.close()
         b.close()
     gc.collect()
-    assert fd_count() == before
+    assert open_fds() == before
 
 
 # ------------------------------------------------------ no retained objects

@@ -17,6 +17,7 @@ import sys
 import tty
 
 import pytest
+from _loopkit import run_within
 
 
 class Recorder(asyncio.Protocol):
@@ -52,8 +53,7 @@ class Recorder(asyncio.Protocol):
             self.done.set_result(exc)
 
 
-def run(loop, coro, timeout=10):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+run = run_within(10)
 
 
 async def connect_reader(loop, fd_or_file):

@@ -16,14 +16,13 @@ import socket
 import threading
 
 import pytest
-from _loopkit import Raised, closing_socket_pair, differential
+from _loopkit import Raised, closing_socket_pair, differential, run_within
 
 GUARD = 10.0  # a hang guard, never a timing assertion
 DATA = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
 
 
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 async def read_all(loop, sock):

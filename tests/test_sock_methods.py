@@ -16,13 +16,12 @@ import ssl
 import struct
 
 import pytest
-from _loopkit import closing_socket_pair, differential
+from _loopkit import closing_socket_pair, differential, run_within
 
 GUARD = 10.0  # seconds; a hang guard, never a timing assertion
 
 
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 @contextlib.contextmanager
@@ -679,7 +678,7 @@ def _connect_storm(loop, n, max_delay):
                 conn.close()
         return results
 
-    return loop.run_until_complete(asyncio.wait_for(main(), 60))
+    return run(loop, main(), timeout=60)
 
 
 def test_concurrent_connects_all_resolve(any_loop):

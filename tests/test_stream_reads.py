@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from _loopkit import run
+
 KIB = 1024
 
 
@@ -54,7 +56,7 @@ def test_reads_grow_during_a_bulk_transfer_and_shrink_after(loop):
         # its 64 KiB, and the next ones take up to 256 KiB at a time.
         queued = fill(b)
         assert queued > 2 * 64 * KIB
-        loop.run_until_complete(asyncio.wait_for(protocol.expect(queued), 10))
+        run(loop, protocol.expect(queued), 10)
         assert protocol.sizes[0] == 64 * KIB
         assert max(protocol.sizes) > 64 * KIB
         assert max(protocol.sizes) <= 256 * KIB
@@ -62,13 +64,13 @@ def test_reads_grow_during_a_bulk_transfer_and_shrink_after(loop):
         # A small read ends the bulk transfer...
         del protocol.sizes[:]
         b.send(b"y" * 100)
-        loop.run_until_complete(asyncio.wait_for(protocol.expect(100), 10))
+        run(loop, protocol.expect(100), 10)
         assert protocol.sizes == [100]
 
         # ...so the next one starts at 64 KiB again.
         del protocol.sizes[:]
         queued = fill(b)
-        loop.run_until_complete(asyncio.wait_for(protocol.expect(queued), 10))
+        run(loop, protocol.expect(queued), 10)
         assert protocol.sizes[0] == 64 * KIB
     finally:
         transport.close()

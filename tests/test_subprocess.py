@@ -16,15 +16,14 @@ import sys
 import threading
 
 import pytest
-from _loopkit import zombies
+from _loopkit import LIST_FDS_SCRIPT, run_within, zombies
 
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
 SLEEPER = [PY, "-c", "import time; time.sleep(60)"]
 
 
-def run(loop, coro, timeout=20):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+run = run_within(20)
 
 
 class Recorder(asyncio.SubprocessProtocol):
@@ -380,17 +379,7 @@ def test_process_group(any_loop):
 
 
 def test_child_inherits_only_std_fds_and_pass_fds(any_loop):
-    code = (
-        "import os\n"
-        "fds = []\n"
-        "for name in os.listdir('/proc/self/fd'):\n"
-        "    try:\n"
-        "        os.fstat(int(name))\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    fds.append(int(name))\n"
-        "print(sorted(fds))\n"
-    )
+    code = LIST_FDS_SCRIPT
     r, w = os.pipe()
     os.set_inheritable(r, True)  # even an inheritable fd is not passed on
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 import pytest
-from _loopkit import Raised, outcome
+from _loopkit import Raised, outcome, run_within
 
 GUARD = 15.0  # a hang guard, never a timing assertion
 
@@ -49,8 +49,7 @@ HARMLESS_ARGUMENTS = {
 }
 
 
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 def abcs_of(obj):

@@ -11,7 +11,6 @@ loopback drops instead of blocking).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import re
@@ -19,7 +18,7 @@ import socket
 import sys
 
 import pytest
-from _loopkit import Raised, capture_logs, differential, outcome
+from _loopkit import Raised, capture_logs, differential, outcome, run_within, unix_dgram_pair
 
 GUARD = 10.0  # a hang guard, never a timing assertion
 PY313 = sys.version_info >= (3, 13)
@@ -27,8 +26,7 @@ HEADER = 8 if PY313 else 0
 HAS_IPV6 = socket.has_ipv6
 
 
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 def ipv6_loopback_works():
@@ -391,20 +389,6 @@ def test_pause_reading_in_connection_made(any_loop):
 # -- write buffering and flow control -------------------------------------------------
 
 
-_names = itertools.count()
-
-
-def unix_dgram_pair(tmp_path):
-    """(sock, peer, peer_path): ``sock`` connected to ``peer``; nobody reads ``peer``."""
-    path = str(tmp_path / f"peer{next(_names)}")
-    peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    peer.bind(path)
-    peer.setblocking(False)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.connect(path)
-    return sock, peer, path
-
-
 def drain(peer):
     n = 0
     while True:
@@ -436,7 +420,7 @@ def flow_control_scenario(tmp_path, loop):
             await close(tr, proto)
             return proto.events, queued, sent
 
-        return loop.run_until_complete(asyncio.wait_for(main(), GUARD))
+        return run(loop, main())
 
 
 def test_flow_control_events_match_asyncio(tmp_path):

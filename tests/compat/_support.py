@@ -23,14 +23,14 @@ import ssl
 from collections.abc import AsyncIterator
 
 import pytest
+from _loopkit import run_within
 from aiohttp import WSMsgType, web
 
 TIMEOUT = 20.0  # a guard against hangs, never reached when things work
 CHUNK = 64 * 1024
 
 
-def run(loop: asyncio.AbstractEventLoop, coro, timeout: float = TIMEOUT):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+run = run_within(TIMEOUT)
 
 
 def payload(size: int, seed: int = 0) -> bytes:

@@ -133,6 +133,16 @@ def modes_of(selection: dict, module: str) -> list[str]:
     return [m for m in ("loop", "task") if m in spec]
 
 
+def module_runs_on(selection: dict, module: str, version: tuple[int, int] | None = None) -> bool:
+    """Whether the module's ``python`` key (a version tag as in the list files) admits
+    ``version`` (default: the running Python).  A module without the key runs everywhere."""
+    tags = selection[module].get("python")
+    if tags is None:
+        return True
+    version = version or sys.version_info[:2]
+    return any(_version_matches(t, version) for t in tags.split(","))
+
+
 def module_is_network(selection: dict, module: str) -> bool:
     return bool(selection[module].get("network", False))
 

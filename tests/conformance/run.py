@@ -112,7 +112,14 @@ def network_enabled(selection, override=None) -> bool:
     return _data.network_default(selection)
 
 
-def available_jobs(selection, modules=None, modes=None) -> list[Job]:
+def available_jobs(selection, modules=None, modes=None, *, network=True) -> list[Job]:
+    """The (mode, module) jobs that have something to run on this Python.
+
+    Left out: modules this Python does not have, modules whose ``python`` key excludes this
+    version (every test they have here is excluded), and with the network part switched off,
+    the modules that are all network.  Every job left selects tests: one that selects none
+    fails (see :func:`judge`).
+    """
     import importlib.util
 
     jobs = []
@@ -121,6 +128,10 @@ def available_jobs(selection, modules=None, modes=None) -> list[Job]:
             continue
         if importlib.util.find_spec(_data.ID_PREFIX + module) is None:
             continue  # not in this Python version (test_eager_task_factory)
+        if not _data.module_runs_on(selection, module):
+            continue
+        if not network and _data.module_is_network(selection, module):
+            continue
         for mode in _data.modes_of(selection, module):
             if not modes or mode in modes:
                 jobs.append(Job(mode, module))
@@ -404,6 +415,16 @@ def judge(res: JobResult, xfails: _data.PatternList | None) -> Verdict:
             stdlib_loops.append(tid)
     counts["not_exercised"] = len(not_exercised)
     problems = []
+    if not res.ids:
+        # A job that runs nothing would otherwise pass (or, under pytest, skip) while testing
+        # nothing: a module that lost its classes, a selection that no longer matches.
+        problems.append(
+            f"nothing selected to run ({len(res.excluded)} excluded, {len(res.deferred)} "
+            "deferred to the network part"
+            + (f", module skipped: {res.module_skip}" if res.module_skip else "")
+            + "); fix selection.toml, or limit the module to the Python versions that "
+            "have tests to run (its `python` key)"
+        )
     if res.module_error:
         problems.append("module error:\n" + res.module_error)
     if res.unclassified:
@@ -568,10 +589,10 @@ def main(argv=None) -> int:
         unknown = sorted(set(args.modules) - set(_data.module_names(selection)))
         if unknown:
             p.error(f"not in selection.toml: {', '.join(unknown)}")
-    jobs = available_jobs(selection, args.modules, args.mode)
+    network = network_enabled(selection, args.network)
+    jobs = available_jobs(selection, args.modules, args.mode, network=network)
     if not jobs:
         p.error("no jobs selected")
-    network = network_enabled(selection, args.network)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="conformance-logs-")
     kw = {
         "network": network,

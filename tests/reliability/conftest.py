@@ -11,13 +11,11 @@ tests have in common:
   ``resume_writing`` strictly alternating);
 * seeded randomness (every test prints its seed, so a failure can be
   replayed), random chunking and digests;
-* fd accounting through ``/proc/self/fd`` and connected socket pairs over
-  loopback;
+* connected socket pairs over loopback;
 * :func:`cancel_after` and :func:`victim_probe` (uvloop#738's fd-reuse
   scenario) for the cancellation and fd-ownership tests;
-* :func:`stdlib_param`, to mark the stdlib variant of a test as an expected
-  failure that carries its upstream issue, and clean-up helpers for the
-  leaks of such expected failures.
+* clean-up helpers for the leaks of the stdlib variants that are expected to
+  fail (``_loopkit.stdlib_xfail``).
 
 Test modules import these as ``from .conftest import ...``.
 """
@@ -32,12 +30,12 @@ import os
 import random
 import shutil
 import socket
-import sys
 import tempfile
 import time
 import zlib
 
 import pytest
+from _loopkit import fd_is_open, fd_set, run_within
 
 GUARD = 60.0  # a watchdog for run(); never reached when things work
 
@@ -45,18 +43,7 @@ GUARD = 60.0  # a watchdog for run(); never reached when things work
 # -- loops -------------------------------------------------------------------
 
 
-def run(loop, coro, timeout=GUARD):
-    """``run_until_complete`` with a watchdog: a hang is a failure, not a CI timeout."""
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
-
-
-def stdlib_param(reason, *, when=True):
-    """The two loop kinds, the stdlib one marked as a strict expected failure."""
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if when else []
-    return [pytest.param("snakeloop"), pytest.param("stdlib", marks=marks)]
-
-
-PY312 = sys.version_info >= (3, 12)
+run = run_within(GUARD)
 
 
 # -- randomness ---------------------------------------------------------------
@@ -113,22 +100,6 @@ def sock_dir():
     os.chmod(path, 0o700)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def fd_set():
-    return {int(name) for name in os.listdir("/proc/self/fd")}
-
-
-def fd_count():
-    return len(os.listdir("/proc/self/fd"))
-
-
-def fd_is_open(fd):
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
 
 
 def tcp_pair(family=socket.AF_INET):

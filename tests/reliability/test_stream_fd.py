@@ -22,13 +22,12 @@ import socket
 import warnings
 
 import pytest
-from _loopkit import stdlib_xfail
+from _loopkit import fd_set, stdlib_xfail
 
 from .conftest import (
     StrictProtocol,
     cancel_after,
     close_leaked_sockets,
-    fd_set,
     run,
     set_linger_rst,
     tcp_pair,

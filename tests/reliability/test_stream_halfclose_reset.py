@@ -28,9 +28,9 @@ import os
 import socket
 
 import pytest
+from _loopkit import PY312
 
 from .conftest import (
-    PY312,
     StrictBufferedProtocol,
     StrictProtocol,
     drain_nonblocking,

@@ -25,9 +25,9 @@ import socket
 import time
 
 import pytest
-from _loopkit import stdlib_xfail
+from _loopkit import connect_idle, fd_count, stdlib_xfail
 
-from .conftest import StrictProtocol, abort_live_transports, fd_count, run, set_linger_rst
+from .conftest import StrictProtocol, abort_live_transports, run, set_linger_rst
 
 GREETING = b"hello from the server\n"
 
@@ -166,21 +166,6 @@ class Echo(StrictProtocol):
         self.transport.write(data)
 
 
-async def open_idle(loop, addr, count):
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            socks.append(sock)
-            sock.setblocking(False)
-            await loop.sock_connect(sock, addr)
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
-
-
 async def round_trips(loop, addr, count):
     """Latencies (s) of ``count`` one-byte request/response round trips."""
     reader, writer = await asyncio.open_connection(*addr)
@@ -213,7 +198,7 @@ async def idle_round(loop, idle, measure_latency):
         baseline = await round_trips(loop, addr, 300) if measure_latency else None
         gc.collect()
         rss_before = _rss()
-        socks = await open_idle(loop, addr, idle)
+        socks = await connect_idle(loop, addr, idle)
         while len(protocols) < idle + (1 if measure_latency else 0):
             await asyncio.sleep(0)
         gc.collect()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -16,42 +15,13 @@ import time
 import warnings
 
 import pytest
-from _loopkit import PY312, echo_back, new_loop
+from _loopkit import PY312, echo_back, fork_call, new_loop, quiet_fork, reap, run, stdlib_xfail
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 STDLIB_SHARES_EPOLL = (
     "the stdlib selector loop keeps using the epoll instance it shares with a forked child"
 )
-
-
-@contextlib.contextmanager
-def quiet_fork():
-    # 3.12+ warns about fork() with threads alive; the run treats warnings as errors.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
-
-
-def fork_json(child_main) -> tuple[int, int]:
-    r, w = os.pipe()
-    with quiet_fork():
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        code = 1
-        try:
-            os.close(r)
-            result = child_main()
-            code = 0
-        except BaseException as exc:  # noqa: BLE001
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-        finally:
-            try:
-                os.write(w, json.dumps(result).encode())
-            finally:
-                os._exit(code)
-    os.close(w)
-    return pid, r
 
 
 def read_all_blocking(fd) -> object:
@@ -64,10 +34,6 @@ def read_all_blocking(fd) -> object:
 
 async def read_all(loop, fd) -> object:
     return await loop.run_in_executor(None, read_all_blocking, fd)
-
-
-def reap(pid) -> int:
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def child_fresh_loop(kind: str) -> float:
@@ -122,7 +88,7 @@ def test_r_fork_1_fork_in_coroutine_while_echoing(any_loop, loop_kind):
     async def forker():
         results = []
         for _ in range(20):
-            pid, rfd = fork_json(lambda: child_fresh_loop(loop_kind))
+            pid, rfd = fork_call(lambda: child_fresh_loop(loop_kind))
             results.append((await read_all(loop, rfd), reap(pid)))
             await asyncio.sleep(0)
         return results
@@ -130,7 +96,7 @@ def test_r_fork_1_fork_in_coroutine_while_echoing(any_loop, loop_kind):
     async def main():
         return await asyncio.gather(forker(), echo_round(1 << 20, 10))
 
-    forks, echoes = loop.run_until_complete(asyncio.wait_for(main(), 60))
+    forks, echoes = run(loop, main(), 60)
     assert all(rc == 0 and isinstance(t, float) and t <= 1.0 for t, rc in forks), forks
     assert echoes == [True] * 10
 
@@ -146,9 +112,13 @@ def _mp_child_sigterm(started, handled_w):
         time.sleep(0.1)
 
 
-def test_r_fork_1_child_sigterm_not_seen_by_parent(any_loop, loop_kind):
-    if loop_kind == "stdlib" and not PY312:
-        pytest.skip("asyncio resets the wakeup fd in a forked child only from 3.12")
+@stdlib_xfail(
+    not PY312,
+    strict=True,
+    raises=AssertionError,
+    reason="asyncio resets the signal wakeup fd in a forked child only from 3.12",
+)
+def test_r_fork_1_child_sigterm_not_seen_by_parent(any_loop):
     loop = any_loop
     parent_calls = []
     loop.add_signal_handler(signal.SIGTERM, parent_calls.append, "parent")
@@ -167,7 +137,7 @@ def test_r_fork_1_child_sigterm_not_seen_by_parent(any_loop, loop_kind):
         return os.read(r, 10)
 
     try:
-        assert loop.run_until_complete(asyncio.wait_for(main(), 30)) == b"child"
+        assert run(loop, main(), 30) == b"child"
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         os.close(r)
@@ -208,7 +178,7 @@ def test_r_fork_1_multiprocessing_child_spawns_subprocess(any_loop, loop_kind):
         parent_conn.close()
         return result, proc.exitcode
 
-    assert loop.run_until_complete(asyncio.wait_for(main(), 30)) == (42, 0)
+    assert run(loop, main(), 30) == (42, 0)
 
 
 def test_r_fork_1_fork_from_thread_then_signal_handler(any_loop, loop_kind):
@@ -236,13 +206,13 @@ def test_r_fork_1_fork_from_thread_then_signal_handler(any_loop, loop_kind):
 
     async def main():
         t = threading.Thread(
-            target=lambda: box.update(zip(("pid", "fd"), fork_json(child), strict=True))
+            target=lambda: box.update(zip(("pid", "fd"), fork_call(child), strict=True))
         )
         t.start()
         await loop.run_in_executor(None, t.join)
         return await read_all(loop, box["fd"]), reap(box["pid"])
 
-    assert loop.run_until_complete(asyncio.wait_for(main(), 30)) == ([1], 0)
+    assert run(loop, main(), 30) == ([1], 0)
 
 
 # The time limit interrupts a blocking read from a hung child; SIGALRM is the limit's own.
@@ -251,7 +221,7 @@ def test_r_fork_1_server_start_stop_in_threads_and_forks(loop_kind):
     def one_server_cycle() -> bool:
         loop = new_loop(loop_kind)
         try:
-            return loop.run_until_complete(asyncio.wait_for(echo_round(1000, 2), 5)) == [True] * 2
+            return run(loop, echo_round(1000, 2), 5) == [True] * 2
         finally:
             loop.close()
 
@@ -261,7 +231,7 @@ def test_r_fork_1_server_start_stop_in_threads_and_forks(loop_kind):
         t.start()
         t.join()
         assert box == [True]
-        pid, rfd = fork_json(one_server_cycle)
+        pid, rfd = fork_call(one_server_cycle)
         assert read_all_blocking(rfd) is True
         assert reap(pid) == 0
 
@@ -269,9 +239,13 @@ def test_r_fork_1_server_start_stop_in_threads_and_forks(loop_kind):
 # -- R-FORK-2 ---------------------------------------------------------------------
 
 
-def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop, loop_kind):
-    if loop_kind == "stdlib" and not PY312:
-        pytest.skip("3.11's get_event_loop() returns the parent's stdlib loop in a child")
+@stdlib_xfail(
+    not PY312,
+    strict=True,
+    raises=AssertionError,
+    reason="3.11's get_event_loop() returns the parent's stdlib loop in a forked child",
+)
+def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop):
     loop = any_loop
     asyncio.set_event_loop(loop)
 
@@ -284,13 +258,15 @@ def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop, loop_kind):
         return fresh
 
     try:
-        pid, rfd = fork_json(child)
-        assert read_all_blocking(rfd) is True
+        pid, rfd = fork_call(child)
+        fresh = read_all_blocking(rfd)
         assert reap(pid) == 0
+        assert fresh is True
     finally:
         asyncio.set_event_loop(None)
 
 
+@stdlib_xfail(strict=True, raises=AssertionError, reason=STDLIB_SHARES_EPOLL)
 def test_r_fork_2_parent_loop_in_child(any_loop, loop_kind):
     loop = any_loop
     r, w = os.pipe()
@@ -308,7 +284,7 @@ def test_r_fork_2_parent_loop_in_child(any_loop, loop_kind):
         return outcome
 
     try:
-        pid, rfd = fork_json(child)
+        pid, rfd = fork_call(child)
         outcome = read_all_blocking(rfd)
         assert reap(pid) == 0
         if loop_kind == "snakeloop":
@@ -323,11 +299,7 @@ def test_r_fork_2_parent_loop_in_child(any_loop, loop_kind):
                 await asyncio.sleep(0.01)
             return False
 
-        if loop_kind == "stdlib":
-            if not loop.run_until_complete(wait_fired()):
-                pytest.xfail(STDLIB_SHARES_EPOLL)
-        else:
-            assert loop.run_until_complete(wait_fired())
+        assert loop.run_until_complete(wait_fired())
         assert fired == [b"!"]
     finally:
         loop.remove_reader(r)

@@ -17,24 +17,20 @@ import subprocess
 import sys
 
 import pytest
-from _loopkit import stdlib_xfail, zombies
+from _loopkit import fd_count, run_within, stdlib_xfail, zombies
 
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
 SLEEPER = [PY, "-c", "import time; time.sleep(60)"]
 
 STDLIB_WAIT_WAITS_FOR_PIPES = (
-    "python/cpython#119710: asyncio's Process.wait() (before the fix) waits for the pipes "
-    "to close, so a grandchild holding stdout keeps it waiting"
+    "python/cpython#119710: asyncio's Process.wait() waits for the pipes to close, so a "
+    "grandchild holding stdout keeps it waiting (a Python with the upstream fix, "
+    "python/cpython#151983, passes: the strict xfail says so)"
 )
 
 
-def fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def run(loop, coro, timeout=60):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+run = run_within(60)
 
 
 def digest(data) -> tuple[int, str]:
@@ -273,7 +269,7 @@ def test_r_sp_4_close_running_child(any_loop, how, expected):
 # -- R-SP-5: a grandchild keeps stdout open ---------------------------------------------
 
 
-@stdlib_xfail(strict=False, reason=STDLIB_WAIT_WAITS_FOR_PIPES)
+@stdlib_xfail(strict=True, raises=TimeoutError, reason=STDLIB_WAIT_WAITS_FOR_PIPES)
 def test_r_sp_5_wait_with_grandchild_holding_stdout(any_loop):
     r, w = os.pipe()
     # The grandchild lives until we close w: then its stdin read ends.

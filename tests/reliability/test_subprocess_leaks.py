@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from _loopkit import zombies
+from _loopkit import LIST_FDS_SCRIPT, fd_set, run, zombies
 
 PY = sys.executable
 # The cat binary starts far faster than an interpreter; either will do.
@@ -21,17 +21,6 @@ CAT = (
     else [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
 )
 SLEEPER = [PY, "-c", "import sys, time; sys.stdout.write('up'); sys.stdout.flush(); time.sleep(60)"]
-
-
-def fds() -> set[int]:
-    found = set()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            os.fstat(int(name))
-        except OSError:
-            continue  # the directory handle of listdir itself
-        found.add(int(name))
-    return found
 
 
 async def _round_trips(count: int, parallel: int, kills: int):
@@ -63,12 +52,12 @@ async def _round_trips(count: int, parallel: int, kills: int):
 
 def _check_no_leaks(loop, count, parallel, kills, budget):
     loop.run_until_complete(asyncio.sleep(0))  # the loop's own fds exist now
-    before = fds()
+    before = fd_set()
     start = time.monotonic()
-    loop.run_until_complete(asyncio.wait_for(_round_trips(count, parallel, kills), budget))
+    run(loop, _round_trips(count, parallel, kills), budget)
     elapsed = time.monotonic() - start
     assert zombies() == []
-    assert fds() == before
+    assert fd_set() == before
     assert elapsed <= budget
 
 
@@ -83,7 +72,7 @@ def test_r_fd_3_fds_and_zombies_full(any_loop):
 
 
 def test_r_fd_3_failed_spawns_leak_nothing(any_loop):
-    before = fds()
+    before = fd_set()
 
     async def main():
         for _ in range(20):
@@ -98,21 +87,8 @@ def test_r_fd_3_failed_spawns_leak_nothing(any_loop):
                 await asyncio.create_subprocess_exec("/", stdout=subprocess.PIPE)
 
     any_loop.run_until_complete(main())
-    assert fds() - before == set()
+    assert fd_set() - before == set()
     assert zombies() == []
-
-
-_LIST_FDS = (
-    "import os\n"
-    "fds = []\n"
-    "for name in os.listdir('/proc/self/fd'):\n"
-    "    try:\n"
-    "        os.fstat(int(name))\n"
-    "    except OSError:\n"
-    "        continue\n"
-    "    fds.append(int(name))\n"
-    "print(sorted(fds))\n"
-)
 
 
 def test_r_fd_4_child_sees_only_std_fds_and_pass_fds(any_loop):
@@ -128,7 +104,7 @@ def test_r_fd_4_child_sees_only_std_fds_and_pass_fds(any_loop):
             keeper = await asyncio.create_subprocess_exec(*SLEEPER, stdout=subprocess.PIPE)
             await keeper.stdout.readexactly(2)
             proc = await asyncio.create_subprocess_exec(
-                PY, "-c", _LIST_FDS, stdout=subprocess.PIPE, pass_fds=(extra_w,)
+                PY, "-c", LIST_FDS_SCRIPT, stdout=subprocess.PIPE, pass_fds=(extra_w,)
             )
             out, _ = await proc.communicate()
             keeper.kill()
@@ -138,7 +114,7 @@ def test_r_fd_4_child_sees_only_std_fds_and_pass_fds(any_loop):
             loop.remove_signal_handler(__import__("signal").SIGUSR1)
 
     try:
-        assert loop.run_until_complete(asyncio.wait_for(main(), 20)) == sorted({0, 1, 2, extra_w})
+        assert run(loop, main(), 20) == sorted({0, 1, 2, extra_w})
     finally:
         os.close(extra_r)
         os.close(extra_w)

@@ -20,7 +20,7 @@ import ssl
 import time
 
 import pytest
-from _loopkit import run_fake
+from _loopkit import connect_idle, fd_count, run_fake
 from test_tls import (
     EPS,
     TLS12,
@@ -39,10 +39,6 @@ from test_tls import (
 )
 
 
-def _fd_count():
-    return len(os.listdir("/proc/self/fd"))
-
-
 def _rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -57,22 +53,6 @@ def _live_ssl_protocols():
     return [o for o in gc.get_objects() if isinstance(o, kinds)]
 
 
-async def _connect_silently(loop, addr, count):
-    """``count`` TCP connections that never send a byte."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.setblocking(False)
-            socks.append(sock)
-            await loop.sock_connect(sock, addr)
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
-
-
 # -- R-TLS-1: stalled handshakes are reclaimed ----------------------------------
 
 
@@ -82,7 +62,7 @@ def test_r_tls_1_stalled_handshakes_virtual_time(fake_loop, fake_clock):
     async def main():
         servers = Servers()
         server, addr = await tls_server(fake_loop, servers, ssl_handshake_timeout=1.0, backlog=512)
-        socks = await _connect_silently(fake_loop, addr, 300)
+        socks = await connect_idle(fake_loop, addr, 300)
         try:
             start = fake_loop.time()
             # A legitimate client is served while the 300 wait.
@@ -109,8 +89,8 @@ def test_r_tls_1_stalled_handshakes_wall_clock(any_loop):
     async def main():
         servers = Servers()
         server, addr = await tls_server(any_loop, servers, ssl_handshake_timeout=1.0, backlog=512)
-        baseline = _fd_count()
-        socks = await _connect_silently(any_loop, addr, 300)
+        baseline = fd_count()
+        socks = await connect_idle(any_loop, addr, 300)
         try:
             connected = time.monotonic()
             begin = time.perf_counter()
@@ -121,7 +101,7 @@ def test_r_tls_1_stalled_handshakes_wall_clock(any_loop):
             tr.close()
             await client.lost
             # Our 300 client sockets stay open: the server's 300 must go.
-            while _fd_count() > baseline + 300:
+            while fd_count() > baseline + 300:
                 assert time.monotonic() - connected <= 1.5, "server fds not reclaimed"
                 await asyncio.sleep(0.02)
             reclaimed = time.monotonic() - connected
@@ -288,12 +268,12 @@ def test_r_tls_3_certificate_failures(any_loop, loop_kind, case, version, tmp_pa
         outcomes = {await attempt(addr)}  # also a warm-up for lazily made objects
         for _ in range(5):
             await asyncio.sleep(0)
-        baseline = _fd_count()
+        baseline = fd_count()
         for _ in range(100):
             outcomes.add(await attempt(addr))
         for _ in range(5):
             await asyncio.sleep(0)
-        growth = _fd_count() - baseline
+        growth = fd_count() - baseline
         await close_server(server)
         return outcomes, growth
 

@@ -22,6 +22,7 @@ import time
 import zlib
 
 import pytest
+from _loopkit import run
 
 HEADER = struct.Struct("!II")  # sequence number, CRC32 of the payload
 MAX_UDP4 = 65507
@@ -205,5 +206,5 @@ def test_oversized_datagram_is_an_error_not_a_crash(any_loop):
             await asyncio.sleep(0)
             await asyncio.sleep(0)
 
-    result = any_loop.run_until_complete(asyncio.wait_for(main(), GUARD))
+    result = run(any_loop, main(), GUARD)
     assert result == ([errno.EMSGSIZE], [errno.EMSGSIZE], False, MAX_UDP4, 0)
