@@ -7,7 +7,7 @@ import threading
 import warnings
 
 import pytest
-from _loopkit import PY313
+from _loopkit import PY313, run
 
 
 @pytest.mark.skipif(
@@ -29,7 +29,7 @@ def test_shutdown_timeout_warning_names_the_caller(any_loop):
         return [(w.category, w.filename) for w in caught]
 
     try:
-        caught = any_loop.run_until_complete(asyncio.wait_for(main(), 30))
+        caught = run(any_loop, main(), timeout=30)
     finally:
         release.set()
     assert caught == [(RuntimeWarning, __file__)]

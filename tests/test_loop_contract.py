@@ -15,14 +15,12 @@ import socket
 import time
 
 import pytest
-from _loopkit import Raised, outcome
+from _loopkit import Raised, outcome, run_within
 
 GUARD = 10.0  # a hang guard, never a timing assertion
 DATA = bytes(range(256)) * 400  # 100 KiB, for the data_file fixture
 
-
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 class Quiet(asyncio.Protocol):

@@ -16,13 +16,11 @@ import os
 import socket
 
 import pytest
-from _loopkit import assert_same, mask_addresses, stdlib_xfail
+from _loopkit import assert_same, mask_addresses, run_within, stdlib_xfail
 
 GUARD = 15.0  # a hang guard, never a timing assertion
 
-
-def run(loop, coro):
-    return loop.run_until_complete(asyncio.wait_for(coro, GUARD))
+run = run_within(GUARD)
 
 
 def test_servers_are_asyncio_servers(any_loop, tmp_path):
