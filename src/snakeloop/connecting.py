@@ -14,13 +14,13 @@ import os
 import socket
 import sys
 from asyncio import BaseProtocol, Transport
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from os import PathLike
 from ssl import SSLContext
 from typing import Any, TypeVar
 
 from ._core.contract import LoopMixinBase
-from .dns import ensure_resolved, interleave_addrinfos
+from .dns import AddrInfo, ensure_resolved, interleave_addrinfos
 from .happy_eyeballs import staggered_connect
 from .newkeywords import ABSENT, hide_absent, since, unexpected_keyword
 from .sockets import check_ssl_socket
@@ -33,8 +33,6 @@ logger = logging.getLogger("asyncio")
 _PY312 = sys.version_info >= (3, 12)
 
 _ProtocolT = TypeVar("_ProtocolT", bound=BaseProtocol)
-# (family, type, proto, canonname, sockaddr), as getaddrinfo() returns them.
-_AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
 
 class ConnectingMixin(LoopMixinBase):
@@ -85,8 +83,8 @@ class ConnectingMixin(LoopMixinBase):
     async def _connect_sock(
         self,
         exceptions: list[list[OSError]],
-        addr_info: _AddrInfo,
-        local_addr_infos: list[_AddrInfo] | None = None,
+        addr_info: AddrInfo,
+        local_addr_infos: Sequence[AddrInfo] | None = None,
     ) -> socket.socket:
         """One connection attempt; its errors go to ``exceptions``."""
         my_exceptions: list[OSError] = []
@@ -131,8 +129,8 @@ class ConnectingMixin(LoopMixinBase):
     def _connect_attempt(
         self,
         errors: list[list[OSError]],
-        addrinfo: _AddrInfo,
-        laddr_infos: list[_AddrInfo] | None,
+        addrinfo: AddrInfo,
+        laddr_infos: Sequence[AddrInfo] | None,
     ) -> Callable[[], Coroutine[Any, Any, socket.socket]]:
         """A zero-argument coroutine function for one staggered attempt."""
         # Not a closure: its frame would be in the traceback of the error it

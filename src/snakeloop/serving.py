@@ -32,7 +32,7 @@ from typing import Any
 
 from . import unixpaths
 from ._core.contract import LoopMixinBase
-from .dns import ensure_resolved
+from .dns import AddrInfo, ensure_resolved
 from .listeners import Listener
 from .newkeywords import ABSENT, hide_absent, since, unexpected_keyword
 from .sockets import check_ssl_socket
@@ -198,7 +198,7 @@ class ServingMixin(LoopMixinBase):
 
     async def _server_addrinfos(
         self, host: str | None, port: int | str | None, family: int, flags: int
-    ) -> list[Any]:
+    ) -> Sequence[AddrInfo]:
         infos = await ensure_resolved(
             self, (host, port), family=family, type=socket.SOCK_STREAM, flags=flags
         )

@@ -7,11 +7,14 @@ the plain transport below; see that module for how the two fit together.
 from __future__ import annotations
 
 import warnings
-from asyncio import AbstractEventLoop, BaseProtocol, constants, transports
+from asyncio import BaseProtocol, constants, transports
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .tlsstates import _FLUSHING
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["SSLTransport"]
 
@@ -29,7 +32,7 @@ class SSLTransport(transports._FlowControlMixin):
 
     # ``ssl_protocol`` is a ``tls.SSLProtocol``, typed Any because that module
     # imports this one; None once a second close() let go of it.
-    def __init__(self, loop: AbstractEventLoop, ssl_protocol: Any) -> None:
+    def __init__(self, loop: LoopContract, ssl_protocol: Any) -> None:
         self._loop = loop
         self._ssl_protocol = ssl_protocol
         self._closed = False
