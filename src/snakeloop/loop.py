@@ -75,6 +75,8 @@ if TYPE_CHECKING:
 
     from _typeshed import FileDescriptorLike
 
+    from ._io import IOBackend
+
 __all__ = ["Loop"]
 
 _T = TypeVar("_T")
@@ -143,7 +145,7 @@ class Loop(
         *,
         clock: Clock | None = None,
         stdlib_futures: bool = False,
-        io_backend: Any = None,
+        io_backend: IOBackend | None = None,
     ) -> None:
         if clock is None:
             clock = MonotonicClock()
