@@ -294,7 +294,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         else:
             self._close()
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             # asyncio checks this with an assert; the same exception type.
             raise AssertionError(repr(data))

@@ -129,13 +129,13 @@ class SSLTransport(transports._FlowControlMixin):
         # Read by loop.sendfile's fallback to know whether to wait.
         return self._ssl_protocol._app_writing_paused
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
         if data and self._ssl_protocol is not None:
             self._ssl_protocol._write_appdata((data,))
 
-    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview[Any]]) -> None:
         if self._ssl_protocol is not None:
             self._ssl_protocol._write_appdata(list_of_data)
 
