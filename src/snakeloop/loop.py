@@ -321,8 +321,9 @@ class Loop(
         return self._future_class(loop=self)
 
     # typeshed gives 3.13's create_task an ``eager_start`` keyword, which
-    # asyncio takes only from 3.13.3 on (a type checker cannot tell 3.13.0
-    # from 3.13.3); this loop, like 3.13.0's, does not take it.
+    # (typeshed notes) asyncio takes only from 3.13.3 on; a type checker
+    # cannot tell 3.13.0 from 3.13.3.  This loop, like 3.13.0's asyncio,
+    # does not take it: the override is narrower than typeshed's on 3.13.
     def create_task(  # type: ignore[override,unused-ignore]
         self,
         coro: _CoroutineLike[_T],
@@ -363,7 +364,7 @@ class Loop(
 
     # -- readiness callbacks -------------------------------------------------
 
-    def _ensure_fd_no_transport(self, fd):
+    def _ensure_fd_no_transport(self, fd: FileDescriptorLike) -> None:
         # What the object says now, as in asyncio: a closed socket asks
         # about fd -1 (no transport), not about the fd its registration is
         # found under.
@@ -403,7 +404,7 @@ class Loop(
             view = self._shared_recv_view = memoryview(bytearray(RECV_BUFFER_SIZE))
         return view
 
-    def _fd_for(self, fileobj) -> int:
+    def _fd_for(self, fileobj: FileDescriptorLike) -> int:
         """The fd of ``fileobj``; for an object that no longer has one (closed),
         the fd registered through that very object, as selectors finds it."""
         if fileobj.__class__ is int and fileobj >= 0:
@@ -417,24 +418,28 @@ class Loop(
                     return fd
             raise
 
-    def _add_reader(self, fd, callback, *args):
+    def _add_reader(
+        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], object], *args: *_Ts
+    ) -> Handle:
         self._check_closed()
         handle = Handle(callback, args, self, None)
         self._set_io_handle(self._fd_for(fd), handle, self._readers, READABLE, fd)
         return handle
 
-    def _add_writer(self, fd, callback, *args):
+    def _add_writer(
+        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], object], *args: *_Ts
+    ) -> Handle:
         self._check_closed()
         handle = Handle(callback, args, self, None)
         self._set_io_handle(self._fd_for(fd), handle, self._writers, WRITABLE, fd)
         return handle
 
-    def _remove_reader(self, fd):
+    def _remove_reader(self, fd: FileDescriptorLike) -> bool:
         if self._closed:
             return False
         return self._clear_io_handle(self._fd_for(fd), self._readers, READABLE)
 
-    def _remove_writer(self, fd):
+    def _remove_writer(self, fd: FileDescriptorLike) -> bool:
         if self._closed:
             return False
         return self._clear_io_handle(self._fd_for(fd), self._writers, WRITABLE)
