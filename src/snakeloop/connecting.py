@@ -14,13 +14,13 @@ import os
 import socket
 import sys
 from asyncio import BaseProtocol, Transport
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from os import PathLike
 from ssl import SSLContext
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._core.contract import LoopMixinBase
-from .dns import ensure_resolved, interleave_addrinfos
+from .dns import AddrInfo, ensure_resolved, interleave_addrinfos
 from .happy_eyeballs import staggered_connect
 from .newkeywords import ABSENT, hide_absent, since, unexpected_keyword
 from .sockets import check_ssl_socket
@@ -33,8 +33,6 @@ logger = logging.getLogger("asyncio")
 _PY312 = sys.version_info >= (3, 12)
 
 _ProtocolT = TypeVar("_ProtocolT", bound=BaseProtocol)
-# (family, type, proto, canonname, sockaddr), as getaddrinfo() returns them.
-_AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
 
 class ConnectingMixin(LoopMixinBase):
@@ -85,8 +83,8 @@ class ConnectingMixin(LoopMixinBase):
     async def _connect_sock(
         self,
         exceptions: list[list[OSError]],
-        addr_info: _AddrInfo,
-        local_addr_infos: list[_AddrInfo] | None = None,
+        addr_info: AddrInfo,
+        local_addr_infos: Sequence[AddrInfo] | None = None,
     ) -> socket.socket:
         """One connection attempt; its errors go to ``exceptions``."""
         my_exceptions: list[OSError] = []
@@ -131,14 +129,104 @@ class ConnectingMixin(LoopMixinBase):
     def _connect_attempt(
         self,
         errors: list[list[OSError]],
-        addrinfo: _AddrInfo,
-        laddr_infos: list[_AddrInfo] | None,
+        addrinfo: AddrInfo,
+        laddr_infos: Sequence[AddrInfo] | None,
     ) -> Callable[[], Coroutine[Any, Any, socket.socket]]:
         """A zero-argument coroutine function for one staggered attempt."""
         # Not a closure: its frame would be in the traceback of the error it
         # appends to ``errors``, and its cell would hold ``errors`` after the
         # return (the error -> traceback -> frame -> errors -> error cycle).
         return functools.partial(self._connect_sock, errors, addrinfo, laddr_infos)
+
+    # What callers see: typeshed's signatures for asyncio's create_connection,
+    # a host and port or a socket, and all_errors from 3.12 on.  Only the
+    # type checker reads them (the implementation below takes both forms).
+    if TYPE_CHECKING:
+        if sys.version_info >= (3, 12):
+
+            @overload
+            async def create_connection(
+                self,
+                protocol_factory: Callable[[], _ProtocolT],
+                host: str = ...,
+                port: int = ...,
+                *,
+                ssl: bool | None | SSLContext = None,
+                family: int = 0,
+                proto: int = 0,
+                flags: int = 0,
+                sock: None = None,
+                local_addr: tuple[str, int] | None = None,
+                server_hostname: str | None = None,
+                ssl_handshake_timeout: float | None = None,
+                ssl_shutdown_timeout: float | None = None,
+                happy_eyeballs_delay: float | None = None,
+                interleave: int | None = None,
+                all_errors: bool = False,
+            ) -> tuple[Transport, _ProtocolT]: ...
+
+            @overload
+            async def create_connection(
+                self,
+                protocol_factory: Callable[[], _ProtocolT],
+                host: None = None,
+                port: None = None,
+                *,
+                ssl: bool | None | SSLContext = None,
+                family: int = 0,
+                proto: int = 0,
+                flags: int = 0,
+                sock: socket.socket,
+                local_addr: None = None,
+                server_hostname: str | None = None,
+                ssl_handshake_timeout: float | None = None,
+                ssl_shutdown_timeout: float | None = None,
+                happy_eyeballs_delay: float | None = None,
+                interleave: int | None = None,
+                all_errors: bool = False,
+            ) -> tuple[Transport, _ProtocolT]: ...
+
+        else:
+
+            @overload
+            async def create_connection(
+                self,
+                protocol_factory: Callable[[], _ProtocolT],
+                host: str = ...,
+                port: int = ...,
+                *,
+                ssl: bool | None | SSLContext = None,
+                family: int = 0,
+                proto: int = 0,
+                flags: int = 0,
+                sock: None = None,
+                local_addr: tuple[str, int] | None = None,
+                server_hostname: str | None = None,
+                ssl_handshake_timeout: float | None = None,
+                ssl_shutdown_timeout: float | None = None,
+                happy_eyeballs_delay: float | None = None,
+                interleave: int | None = None,
+            ) -> tuple[Transport, _ProtocolT]: ...
+
+            @overload
+            async def create_connection(
+                self,
+                protocol_factory: Callable[[], _ProtocolT],
+                host: None = None,
+                port: None = None,
+                *,
+                ssl: bool | None | SSLContext = None,
+                family: int = 0,
+                proto: int = 0,
+                flags: int = 0,
+                sock: socket.socket,
+                local_addr: None = None,
+                server_hostname: str | None = None,
+                ssl_handshake_timeout: float | None = None,
+                ssl_shutdown_timeout: float | None = None,
+                happy_eyeballs_delay: float | None = None,
+                interleave: int | None = None,
+            ) -> tuple[Transport, _ProtocolT]: ...
 
     @hide_absent
     async def create_connection(
@@ -147,7 +235,7 @@ class ConnectingMixin(LoopMixinBase):
         host: str | None = None,
         port: int | str | None = None,
         *,
-        ssl: SSLContext | bool | None = None,
+        ssl: bool | None | SSLContext = None,
         family: int = 0,
         proto: int = 0,
         flags: int = 0,
@@ -261,7 +349,7 @@ class ConnectingMixin(LoopMixinBase):
         protocol_factory: Callable[[], _ProtocolT],
         sock: socket.socket,
         *,
-        ssl: SSLContext | bool | None = None,
+        ssl: bool | None | SSLContext = None,
         ssl_handshake_timeout: float | None = None,
         ssl_shutdown_timeout: float | None = None,
     ) -> tuple[Transport, _ProtocolT]:
@@ -290,9 +378,11 @@ class ConnectingMixin(LoopMixinBase):
     async def create_unix_connection(
         self,
         protocol_factory: Callable[[], _ProtocolT],
+        # typeshed says str | None; asyncio, like this loop, takes any
+        # path-like (os.fspath), as its create_unix_server is typed to.
         path: str | PathLike[str] | None = None,
         *,
-        ssl: SSLContext | bool | None = None,
+        ssl: bool | None | SSLContext = None,
         sock: socket.socket | None = None,
         server_hostname: str | None = None,
         ssl_handshake_timeout: float | None = None,

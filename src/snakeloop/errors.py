@@ -14,9 +14,12 @@ import sys
 import traceback
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core.contract import LoopMixinBase
+
+if TYPE_CHECKING:
+    from asyncio import AbstractEventLoop
 
 __all__ = ["ExceptionHandlingMixin"]
 
@@ -47,14 +50,16 @@ def _format_context(context: dict[str, Any]) -> str:
 class ExceptionHandlingMixin(LoopMixinBase):
     """``set/get/default/call_exception_handler`` for the loop."""
 
-    _exception_handler: Callable[[Any, dict[str, Any]], object] | None = None
+    _exception_handler: Callable[[AbstractEventLoop, dict[str, Any]], object] | None = None
 
-    def get_exception_handler(self) -> Callable[[Any, dict[str, Any]], object] | None:
+    def get_exception_handler(
+        self,
+    ) -> Callable[[AbstractEventLoop, dict[str, Any]], object] | None:
         """The custom handler, or None when the default one is in use."""
         return self._exception_handler
 
     def set_exception_handler(
-        self, handler: Callable[[Any, dict[str, Any]], object] | None
+        self, handler: Callable[[AbstractEventLoop, dict[str, Any]], object] | None
     ) -> None:
         """Use ``handler(loop, context)``; None restores the default."""
         if handler is not None and not callable(handler):

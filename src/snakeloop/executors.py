@@ -17,9 +17,12 @@ import threading
 import warnings
 from asyncio import futures, tasks, timeouts
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.futures import _set_result_unless_cancelled
+
+if TYPE_CHECKING:
+    from ._core.contract import LoopMixinBase
 
 __all__ = ["Executors"]
 
@@ -46,7 +49,7 @@ class Executors:
 
     __slots__ = ("_loop", "_default", "_shutdown_called")
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, loop: LoopMixinBase) -> None:
         self._loop = loop
         self._default: concurrent.futures.ThreadPoolExecutor | None = None
         self._shutdown_called = False

@@ -31,7 +31,7 @@ import errno
 import logging
 import socket
 import ssl
-from asyncio import AbstractServer, BaseProtocol, BaseTransport, TimerHandle, constants, trsock
+from asyncio import BaseProtocol, BaseTransport, TimerHandle, constants, trsock
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +40,9 @@ from .transports.connected import stream_transport
 from .transports.stream import SocketTransport
 
 if TYPE_CHECKING:
-    from ._core.contract import LoopContract
+    from ._core.contract import LoopMixinBase
     from ._core.handles import Handle
+    from .transports.stream import AcceptingServer
 
 __all__ = ["Listener"]
 
@@ -54,7 +55,10 @@ _OUT_OF_RESOURCES = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.
 class Listener:
     """One listening socket of a server, and the accepting of its connections.
 
-    ``server`` is set by the ``Server`` the listener is given to.
+    ``server`` is set by the ``Server`` the listener is given to.  ``loop``
+    is typed as the loop's mixins see it (the contract and all of asyncio's
+    public API): the TLS accept path needs ``create_task``, which the
+    contract does not list.
     """
 
     __slots__ = (
@@ -72,11 +76,11 @@ class Listener:
         "_starved",
     )
 
-    server: AbstractServer
+    server: AcceptingServer
 
     def __init__(
         self,
-        loop: LoopContract,
+        loop: LoopMixinBase,
         sock: socket.socket,
         protocol_factory: Callable[[], BaseProtocol],
         ssl_context: ssl.SSLContext | None,

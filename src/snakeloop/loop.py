@@ -39,9 +39,9 @@ from asyncio import tasks as aio_tasks
 # very function among its callbacks (anyio takes it as the root task, whose
 # end stops its worker threads and processes).
 from asyncio.base_events import _run_until_complete_cb  # type: ignore[attr-defined]
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Callable
 from contextvars import Context
-from typing import IO, Any, TypeVar, TypeVarTuple
+from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle
@@ -66,6 +66,16 @@ from .sockets import SocketMixin
 from .subprocess import Children
 from .tls import TLSMixin
 from .transports.recvbuffer import RECV_BUFFER_SIZE
+
+if TYPE_CHECKING:
+    # typeshed's own names for the types of asyncio's loop methods, so that
+    # Loop's signatures read as AbstractEventLoop's do on every Python.
+    from asyncio import _AwaitableLike, _CoroutineLike
+    from asyncio.events import _TaskFactory
+
+    from _typeshed import FileDescriptorLike
+
+    from ._io import IOBackend
 
 __all__ = ["Loop"]
 
@@ -97,7 +107,7 @@ def _fd_of(fileobj: Any) -> int:
     return fd
 
 
-def _named(task: Any, name: str | None) -> Any:
+def _named(task: Any, name: object) -> Any:
     """Name a task made by a task factory, as asyncio's create_task does."""
     if _SET_NAME_ALWAYS:
         task.set_name(name)
@@ -135,7 +145,7 @@ class Loop(
         *,
         clock: Clock | None = None,
         stdlib_futures: bool = False,
-        io_backend: Any = None,
+        io_backend: IOBackend | None = None,
     ) -> None:
         if clock is None:
             clock = MonotonicClock()
@@ -143,7 +153,7 @@ class Loop(
             io_backend = default_backend()
         CoreLoop.__init__(self, clock, io_backend, Waker())
         self._debug = debug_from_environment()
-        self._task_factory: Callable[..., Any] | None = None
+        self._task_factory: _TaskFactory | None = None
         self._exception_handler = None
         self._old_agen_hooks: Any = None
         self._transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
@@ -225,13 +235,14 @@ class Loop(
         finally:
             self._run_forever_cleanup()
 
-    def run_until_complete(self, future: Generator[Any, None, _T] | Awaitable[_T]) -> _T:
+    def run_until_complete(self, future: _AwaitableLike[_T]) -> _T:
         """Run until ``future`` (a future, coroutine or awaitable) is done."""
         self._check_closed()
         self._check_running()
         new_task = not aio_futures.isfuture(future)
-        # typeshed's ensure_future leaves out the generators this accepts.
-        task: Any = aio_tasks.ensure_future(future, loop=self)  # type: ignore[arg-type]
+        # On 3.11 typeshed's ensure_future leaves out the generators this
+        # accepts (and 3.11's asyncio takes).
+        task: Any = aio_tasks.ensure_future(future, loop=self)  # type: ignore[arg-type,unused-ignore]
         del future  # only ``task`` holds it from here
         if new_task:
             # Nobody else holds this task: a leftover is not worth a warning.
@@ -309,17 +320,23 @@ class Loop(
         """A new future attached to this loop."""
         return self._future_class(loop=self)
 
-    def create_task(
+    # typeshed gives 3.13's create_task an ``eager_start`` keyword, which
+    # (typeshed notes) asyncio takes only from 3.13.3 on; a type checker
+    # cannot tell 3.13.0 from 3.13.3.  This loop, like 3.13.0's asyncio,
+    # does not take it: the override is narrower than typeshed's on 3.13.
+    def create_task(  # type: ignore[override,unused-ignore]
         self,
-        coro: Generator[Any, None, _T] | Coroutine[Any, Any, _T],
+        coro: _CoroutineLike[_T],
         *,
-        name: str | None = None,
+        name: object = None,
         context: Context | None = None,
     ) -> asyncio.Task[_T]:
         """Wrap ``coro`` in a task scheduled on this loop."""
         if self._closed:
             raise RuntimeError("Event loop is closed")
-        factory = self._task_factory
+        # asyncio calls a factory with ``context=`` too, which typeshed's
+        # _TaskFactory does not describe.
+        factory: Callable[..., Any] | None = self._task_factory
         if factory is None:
             if self._task_class is Task:
                 # Task(coro, loop=self, ...) without the keyword-argument call.
@@ -336,18 +353,18 @@ class Loop(
             return _named(factory(self, coro), name)
         return _named(factory(self, coro, context=context), name)
 
-    def set_task_factory(self, factory: Callable[..., Any] | None) -> None:
+    def set_task_factory(self, factory: _TaskFactory | None) -> None:
         """Use ``factory(loop, coro[, context=...])`` for ``create_task``."""
         if factory is not None and not callable(factory):
             raise TypeError("task factory must be a callable or None")
         self._task_factory = factory
 
-    def get_task_factory(self) -> Callable[..., Any] | None:
+    def get_task_factory(self) -> _TaskFactory | None:
         return self._task_factory
 
     # -- readiness callbacks -------------------------------------------------
 
-    def _ensure_fd_no_transport(self, fd):
+    def _ensure_fd_no_transport(self, fd: FileDescriptorLike) -> None:
         # What the object says now, as in asyncio: a closed socket asks
         # about fd -1 (no transport), not about the fd its registration is
         # found under.
@@ -387,7 +404,7 @@ class Loop(
             view = self._shared_recv_view = memoryview(bytearray(RECV_BUFFER_SIZE))
         return view
 
-    def _fd_for(self, fileobj) -> int:
+    def _fd_for(self, fileobj: FileDescriptorLike) -> int:
         """The fd of ``fileobj``; for an object that no longer has one (closed),
         the fd registered through that very object, as selectors finds it."""
         if fileobj.__class__ is int and fileobj >= 0:
@@ -401,51 +418,59 @@ class Loop(
                     return fd
             raise
 
-    def _add_reader(self, fd, callback, *args):
+    def _add_reader(
+        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], object], *args: *_Ts
+    ) -> Handle:
         self._check_closed()
         handle = Handle(callback, args, self, None)
         self._set_io_handle(self._fd_for(fd), handle, self._readers, READABLE, fd)
         return handle
 
-    def _add_writer(self, fd, callback, *args):
+    def _add_writer(
+        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], object], *args: *_Ts
+    ) -> Handle:
         self._check_closed()
         handle = Handle(callback, args, self, None)
         self._set_io_handle(self._fd_for(fd), handle, self._writers, WRITABLE, fd)
         return handle
 
-    def _remove_reader(self, fd):
+    def _remove_reader(self, fd: FileDescriptorLike) -> bool:
         if self._closed:
             return False
         return self._clear_io_handle(self._fd_for(fd), self._readers, READABLE)
 
-    def _remove_writer(self, fd):
+    def _remove_writer(self, fd: FileDescriptorLike) -> bool:
         if self._closed:
             return False
         return self._clear_io_handle(self._fd_for(fd), self._writers, WRITABLE)
 
-    def add_reader(self, fd: Any, callback: Callable[[*_Ts], Any], *args: *_Ts) -> None:
+    def add_reader(
+        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], Any], *args: *_Ts
+    ) -> None:
         """Call ``callback(*args)`` whenever ``fd`` is readable."""
         self._ensure_fd_no_transport(fd)
         self._add_reader(fd, callback, *args)
 
-    def remove_reader(self, fd: Any) -> bool:
+    def remove_reader(self, fd: FileDescriptorLike) -> bool:
         """Stop watching ``fd`` for reading; True if it was watched."""
         self._ensure_fd_no_transport(fd)
         return self._remove_reader(fd)
 
-    def add_writer(self, fd: Any, callback: Callable[[*_Ts], Any], *args: *_Ts) -> None:
+    def add_writer(
+        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], Any], *args: *_Ts
+    ) -> None:
         """Call ``callback(*args)`` whenever ``fd`` is writable."""
         self._ensure_fd_no_transport(fd)
         self._add_writer(fd, callback, *args)
 
-    def remove_writer(self, fd: Any) -> bool:
+    def remove_writer(self, fd: FileDescriptorLike) -> bool:
         """Stop watching ``fd`` for writing; True if it was watched."""
         self._ensure_fd_no_transport(fd)
         return self._remove_writer(fd)
 
     # -- signals (the SignalHandlers part) -------------------------------------
 
-    def add_signal_handler(self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts) -> None:
+    def add_signal_handler(self, sig: int, callback: Callable[[*_Ts], Any], *args: *_Ts) -> None:
         """Run ``callback(*args)`` on the loop when signal ``sig`` arrives."""
         self._signals.add(sig, callback, args)
 
@@ -464,7 +489,11 @@ class Loop(
         """Run ``func(*args)`` in ``executor`` (None: the default one)."""
         return self._executors.run(executor, func, args)
 
-    def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
+    # Narrower than AbstractEventLoop's Executor, as typeshed's BaseEventLoop
+    # is: any other executor raises TypeError, here and in asyncio.
+    def set_default_executor(  # type: ignore[override]
+        self, executor: concurrent.futures.ThreadPoolExecutor
+    ) -> None:
         """Use ``executor`` for ``run_in_executor(None, ...)``."""
         self._executors.set_default(executor)
 
@@ -490,12 +519,12 @@ class Loop(
         stdin: int | IO[Any] | None = subprocess.PIPE,
         stdout: int | IO[Any] | None = subprocess.PIPE,
         stderr: int | IO[Any] | None = subprocess.PIPE,
-        universal_newlines: bool = False,
-        shell: bool = False,
-        bufsize: int = 0,
+        universal_newlines: Literal[False] = False,
+        shell: Literal[False] = False,
+        bufsize: Literal[0] = 0,
         encoding: None = None,
         errors: None = None,
-        text: bool | None = None,
+        text: Literal[False] | None = None,
         **kwargs: Any,
     ) -> tuple[asyncio.SubprocessTransport, _ProtocolT]:
         """Run ``program`` with ``args``, never through a shell."""
@@ -518,17 +547,17 @@ class Loop(
     async def subprocess_shell(
         self,
         protocol_factory: Callable[[], _ProtocolT],
-        cmd: str | bytes,
+        cmd: bytes | str,
         *,
         stdin: int | IO[Any] | None = subprocess.PIPE,
         stdout: int | IO[Any] | None = subprocess.PIPE,
         stderr: int | IO[Any] | None = subprocess.PIPE,
-        universal_newlines: bool = False,
-        shell: bool = True,
-        bufsize: int = 0,
+        universal_newlines: Literal[False] = False,
+        shell: Literal[True] = True,
+        bufsize: Literal[0] = 0,
         encoding: None = None,
         errors: None = None,
-        text: bool | None = None,
+        text: Literal[False] | None = None,
         **kwargs: Any,
     ) -> tuple[asyncio.SubprocessTransport, _ProtocolT]:
         """Run ``cmd`` through the shell; the caller quotes it (``shlex.quote``)."""

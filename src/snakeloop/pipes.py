@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._core.contract import LoopMixinBase
 from .transports.pipes import ReadPipeTransport, WritePipeTransport
 
 __all__ = ["PipesMixin"]
@@ -21,12 +22,8 @@ _ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 _TransportT = TypeVar("_TransportT", ReadPipeTransport, WritePipeTransport)
 
 
-class PipesMixin:
+class PipesMixin(LoopMixinBase):
     """``connect_read_pipe`` and ``connect_write_pipe`` for the loop."""
-
-    # From the loop: the contract's debug flag, and the public create_future.
-    _debug: bool
-    create_future: Callable[[], asyncio.Future[Any]]
 
     def _make_read_pipe_transport(
         self,

@@ -14,16 +14,30 @@ import contextvars
 from asyncio import events
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .loop import Loop
+
+if TYPE_CHECKING:
+    from typing import TypedDict, Unpack
+
+    from ._io import IOBackend
+    from .clock import Clock
+
+    class LoopOptions(TypedDict, total=False):
+        """The keyword arguments of ``snakeloop.Loop``."""
+
+        clock: Clock | None
+        stdlib_futures: bool
+        io_backend: IOBackend | None
+
 
 __all__ = ["EventLoopPolicy", "Runner", "install", "new_event_loop", "run"]
 
 _T = TypeVar("_T")
 
 
-def new_event_loop(**options: Any) -> Loop:
+def new_event_loop(**options: Unpack[LoopOptions]) -> Loop:
     """A new snakeloop loop; ``options`` go to ``snakeloop.Loop``."""
     return Loop(**options)
 

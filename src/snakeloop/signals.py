@@ -37,9 +37,12 @@ import warnings
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core.handles import Handle
+
+if TYPE_CHECKING:
+    from ._core.contract import LoopMixinBase
 
 __all__ = ["SignalHandlers"]
 
@@ -71,7 +74,7 @@ class SignalHandlers:
 
     __slots__ = ("_loop", "_handlers", "_rfd", "_wfd", "_previous_wakeup_fd")
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, loop: LoopMixinBase) -> None:
         self._loop = loop
         self._handlers: dict[int, Handle] = {}
         self._rfd = -1  # the wakeup pipe, opened on first use

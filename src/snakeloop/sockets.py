@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.contract import LoopMixinBase
 from .dns import ensure_resolved
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from ._core.contract import LoopContract
 
 __all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket", "wait_readable", "wait_writable"]
+
+_T = TypeVar("_T")
 
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
 _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6) if _HAS_IPV6 else (socket.AF_INET,)
@@ -97,9 +99,9 @@ async def wait_readable(
     loop: LoopContract,
     fd: int,
     callback: Callable[..., object],
-    fut: asyncio.Future[Any],
+    fut: asyncio.Future[_T],
     *args: Any,
-) -> Any:
+) -> _T:
     """Register ``callback(fut, fd, *args)`` for reading ``fd``; await ``fut``.
 
     On the way out the registration is removed, unless another operation
@@ -119,9 +121,9 @@ async def wait_writable(
     loop: LoopContract,
     fd: int,
     callback: Callable[..., object],
-    fut: asyncio.Future[Any],
+    fut: asyncio.Future[_T],
     *args: Any,
-) -> Any:
+) -> _T:
     """Register ``callback(fut, fd, *args)`` for writing ``fd``; await ``fut``.
 
     On the way out the registration is removed, unless another operation

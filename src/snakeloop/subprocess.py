@@ -27,11 +27,19 @@ import asyncio
 import logging
 import subprocess
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._process.exitwatch import ChildWatches
 from ._process.spawning import Spawn
 from .transports.subprocess import SubprocessTransport
+
+if TYPE_CHECKING:
+    from typing import IO
+
+    from ._core.contract import LoopContract
+
+    # What a child's stdin, stdout or stderr may be, as subprocess_exec takes it.
+    _Pipe = int | IO[Any] | None
 
 # SubprocessTransport is named here too, where it was defined before it
 # moved to transports.subprocess.
@@ -75,7 +83,7 @@ class Children:
 
     __slots__ = ("_loop", "_spawns", "_watches")
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, loop: LoopContract) -> None:
         self._loop = loop
         self._spawns: set[Spawn] = set()
         self._watches = ChildWatches(loop)
@@ -85,9 +93,9 @@ class Children:
         protocol_factory: Callable[[], _ProtocolT],
         cmd: str | bytes,
         *,
-        stdin: Any,
-        stdout: Any,
-        stderr: Any,
+        stdin: _Pipe,
+        stdout: _Pipe,
+        stderr: _Pipe,
         universal_newlines: bool,
         shell: bool,
         bufsize: int,
@@ -124,9 +132,9 @@ class Children:
         program: Any,
         args: tuple[Any, ...],
         *,
-        stdin: Any,
-        stdout: Any,
-        stderr: Any,
+        stdin: _Pipe,
+        stdout: _Pipe,
+        stderr: _Pipe,
         universal_newlines: bool,
         shell: bool,
         bufsize: int,
@@ -161,9 +169,9 @@ class Children:
         popen_args: Any,
         shell: bool,
         what: str,
-        stdin: Any,
-        stdout: Any,
-        stderr: Any,
+        stdin: _Pipe,
+        stdout: _Pipe,
+        stderr: _Pipe,
         bufsize: int,
         text: bool | None,
         encoding: None,
@@ -199,9 +207,9 @@ class Children:
         protocol: Any,
         args: Any,
         shell: bool,
-        stdin: Any,
-        stdout: Any,
-        stderr: Any,
+        stdin: _Pipe,
+        stdout: _Pipe,
+        stderr: _Pipe,
         bufsize: int,
         extra: dict[str, Any] | None = None,
         **kwargs: Any,

@@ -26,7 +26,7 @@ class TLSMixin(LoopMixinBase):
 
     async def start_tls(
         self,
-        transport: transports.WriteTransport,
+        transport: transports.BaseTransport,
         protocol: protocols.BaseProtocol,
         sslcontext: ssl.SSLContext,
         *,
@@ -34,8 +34,12 @@ class TLSMixin(LoopMixinBase):
         server_hostname: str | None = None,
         ssl_handshake_timeout: float | None = None,
         ssl_shutdown_timeout: float | None = None,
-    ) -> transports.Transport:
-        """Upgrade ``transport`` to TLS; return the transport ``protocol`` uses from now on."""
+    ) -> transports.Transport | None:
+        """Upgrade ``transport`` to TLS; return the transport ``protocol`` uses from now on.
+
+        Typed as typeshed types asyncio's: the result is None if the
+        connection was lost between the handshake and this return.
+        """
         if not isinstance(sslcontext, ssl.SSLContext):
             raise TypeError(
                 f"sslcontext is expected to be an instance of ssl.SSLContext, got {sslcontext!r}"

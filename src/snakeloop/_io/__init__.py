@@ -15,13 +15,24 @@ table of which callback belongs to which fd; a backend knows only masks.
 from __future__ import annotations
 
 import select
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ._events import READABLE, WRITABLE
 
 if TYPE_CHECKING:
     from .epoll import EpollBackend
     from .poll import PollBackend
+
+    class IOBackend(Protocol):
+        """The interface above, for the type checker: what ``Loop(io_backend=)`` takes."""
+
+        def register(self, fd: int, events: int) -> None: ...
+        def modify(self, fd: int, events: int) -> None: ...
+        def unregister(self, fd: int) -> None: ...
+        def poll(self, timeout: float | None, /) -> list[tuple[int, int]]: ...
+        def close(self) -> None: ...
+        def fileno(self) -> int: ...
+
 
 __all__ = ["READABLE", "WRITABLE", "default_backend"]
 

@@ -35,7 +35,10 @@ import os
 import subprocess
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["ChildWatch", "ChildWatches"]
 
@@ -65,7 +68,7 @@ class ChildWatch:
     __slots__ = ("pid", "_proc", "_loop", "_on_exit", "_lock", "_pidfd", "_reaped", "_detached")
 
     def __init__(
-        self, loop: Any, proc: subprocess.Popen[Any], on_exit: Callable[[int], object]
+        self, loop: LoopContract, proc: subprocess.Popen[Any], on_exit: Callable[[int], object]
     ) -> None:
         self.pid = proc.pid
         self._proc = proc
@@ -214,7 +217,7 @@ class ChildWatches:
 
     __slots__ = ("_loop", "_by_pid")
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, loop: LoopContract) -> None:
         self._loop = loop
         self._by_pid: dict[int, ChildWatch] = {}
 

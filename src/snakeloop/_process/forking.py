@@ -46,7 +46,10 @@ import sys
 import weakref
 from asyncio import events
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["INHERITED_LOOP_MESSAGE", "InheritedBackend", "call_each", "track"]
 
@@ -60,7 +63,7 @@ INHERITED_LOOP_MESSAGE = (
 _loops: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def track(loop: Any) -> None:
+def track(loop: LoopContract) -> None:
     """Have ``loop._disown_after_fork()`` called in any child forked while it is alive."""
     _loops.add(loop)
 

@@ -35,7 +35,10 @@ import os
 import subprocess
 import threading
 from asyncio import exceptions
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["Spawn"]
 
@@ -74,7 +77,7 @@ class Spawn:
         "_waiter",
     )
 
-    def __init__(self, loop: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(self, loop: LoopContract, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._loop = loop
         # Dropped once Popen was called: the thread outlives the start.
         self._args: Any = args

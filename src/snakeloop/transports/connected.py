@@ -25,23 +25,27 @@ from __future__ import annotations
 
 import socket
 import ssl
-from asyncio import AbstractServer, BaseProtocol, Future, Transport
-from typing import Any
+from asyncio import BaseProtocol, Future, Transport
+from typing import TYPE_CHECKING, Any
 
 from .stream import SocketTransport
 from .tls import SSLProtocol
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
+    from .stream import AcceptingServer
 
 __all__ = ["stream_transport"]
 
 
 def stream_transport(
-    loop: Any,
+    loop: LoopContract,
     sock: socket.socket,
     protocol: BaseProtocol,
     waiter: Future[Any] | None,
     *,
     extra: dict[str, Any] | None = None,
-    server: AbstractServer | None = None,
+    server: AcceptingServer | None = None,
     sslcontext: ssl.SSLContext | bool | None = None,
     server_side: bool = False,
     server_hostname: str | None = None,

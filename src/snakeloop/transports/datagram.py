@@ -136,9 +136,7 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
 
     # -- writing -----------------------------------------------------------------
 
-    def sendto(
-        self, data: bytes | bytearray | memoryview[Any], addr: _Address | None = None
-    ) -> None:
+    def sendto(self, data: bytes | bytearray | memoryview, addr: _Address | None = None) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(
                 f"data argument must be a bytes-like object, not {type(data).__name__!r}"

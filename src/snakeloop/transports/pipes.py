@@ -36,11 +36,14 @@ import os
 import stat
 import warnings
 from asyncio import constants
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import FlowControlMixin
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["ReadPipeTransport", "WritePipeTransport"]
 
@@ -68,7 +71,7 @@ class ReadPipeTransport(asyncio.ReadTransport):
 
     def __init__(
         self,
-        loop: Any,
+        loop: LoopContract,
         pipe: Any,
         protocol: asyncio.BaseProtocol,
         waiter: asyncio.Future[None] | None = None,
@@ -206,7 +209,8 @@ class ReadPipeTransport(asyncio.ReadTransport):
         self._pipe.close()
         self._pipe = None
         self._protocol = None
-        self._loop = None
+        # Done with the loop: only __repr__ still looks, and checks for None.
+        self._loop = None  # type: ignore[assignment]
 
 
 class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
@@ -216,7 +220,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
 
     def __init__(
         self,
-        loop: Any,
+        loop: LoopContract,
         pipe: Any,
         protocol: asyncio.BaseProtocol,
         waiter: asyncio.Future[None] | None = None,
@@ -290,7 +294,7 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         else:
             self._close()
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             # asyncio checks this with an assert; the same exception type.
             raise AssertionError(repr(data))
@@ -415,4 +419,5 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         self._pipe.close()
         self._pipe = None
         self._protocol = None
-        self._loop = None
+        # Done with the loop: only __repr__ still looks, and checks for None.
+        self._loop = None  # type: ignore[assignment]

@@ -7,11 +7,14 @@ the plain transport below; see that module for how the two fit together.
 from __future__ import annotations
 
 import warnings
-from asyncio import AbstractEventLoop, BaseProtocol, constants, transports
+from asyncio import BaseProtocol, constants, transports
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .tlsstates import _FLUSHING
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["SSLTransport"]
 
@@ -29,7 +32,7 @@ class SSLTransport(transports._FlowControlMixin):
 
     # ``ssl_protocol`` is a ``tls.SSLProtocol``, typed Any because that module
     # imports this one; None once a second close() let go of it.
-    def __init__(self, loop: AbstractEventLoop, ssl_protocol: Any) -> None:
+    def __init__(self, loop: LoopContract, ssl_protocol: Any) -> None:
         self._loop = loop
         self._ssl_protocol = ssl_protocol
         self._closed = False
@@ -126,13 +129,13 @@ class SSLTransport(transports._FlowControlMixin):
         # Read by loop.sendfile's fallback to know whether to wait.
         return self._ssl_protocol._app_writing_paused
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
         if data and self._ssl_protocol is not None:
             self._ssl_protocol._write_appdata((data,))
 
-    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview[Any]]) -> None:
         if self._ssl_protocol is not None:
             self._ssl_protocol._write_appdata(list_of_data)
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from .._core.contract import LoopContract
 
-__all__ = ["SocketTransport", "set_nodelay"]
+__all__ = ["AcceptingServer", "SocketTransport", "set_nodelay"]
 
 logger = logging.getLogger("asyncio")
 
@@ -66,7 +66,7 @@ BULK_READ_SIZE = RECV_BUFFER_SIZE  # asyncio's largest read, 256 KiB
 BULK_READ_MIN = 16 * 1024
 
 
-class _Server(Protocol):
+class AcceptingServer(Protocol):
     """What a listening server offers the connections it accepted."""
 
     def _attach(self, transport: transports.BaseTransport) -> None: ...
@@ -97,7 +97,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         protocol: protocols.BaseProtocol,
         waiter: asyncio.Future[None] | None = None,
         extra: dict[str, Any] | None = None,
-        server: _Server | None = None,
+        server: AcceptingServer | None = None,
     ) -> None:
         transports.Transport.__init__(self, extra)
         self._attach_socket(loop, sock)

@@ -34,11 +34,14 @@ import logging
 import signal
 import subprocess
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.futures import _set_result_unless_cancelled
 from .._process.exitwatch import ChildWatches
 from .pipes import ReadPipeTransport, WritePipeTransport
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["SubprocessTransport"]
 
@@ -89,7 +92,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
 
     def __init__(
         self,
-        loop: Any,
+        loop: LoopContract,
         protocol: asyncio.SubprocessProtocol,
         proc: subprocess.Popen[bytes],
         program: object,
@@ -101,7 +104,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         super().__init__(extra)
         self._closed = False
         self._protocol: Any = protocol
-        self._loop: Any = loop
+        self._loop: LoopContract = loop
         self._proc: Any = proc
         self._pid = proc.pid
         self._returncode: int | None = None
@@ -293,6 +296,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         try:
             self._protocol.connection_lost(exc)
         finally:
-            self._loop = None
+            # Done with the loop: the transport is finished and no longer uses it.
+            self._loop = None  # type: ignore[assignment]
             self._proc = None
             self._protocol = None

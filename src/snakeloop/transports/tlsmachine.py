@@ -54,8 +54,8 @@ from __future__ import annotations
 import collections
 import logging
 import ssl
-from asyncio import AbstractEventLoop, BaseProtocol, Future, constants, exceptions, protocols
-from typing import Any
+from asyncio import BaseProtocol, Future, constants, exceptions, protocols
+from typing import TYPE_CHECKING, Any
 
 from .ssltransport import SSLTransport
 from .tlsstates import (
@@ -70,6 +70,9 @@ from .tlsstates import (
     _UNWRAPPED,
     _WRAPPED,
 )
+
+if TYPE_CHECKING:
+    from .._core.contract import LoopContract
 
 __all__ = ["SSL_HANDSHAKE_TIMEOUT", "SSL_SHUTDOWN_TIMEOUT", "TLSMachine"]
 
@@ -127,7 +130,7 @@ class TLSMachine:
 
     def __init__(
         self,
-        loop: AbstractEventLoop,
+        loop: LoopContract,
         app_protocol: BaseProtocol,
         sslcontext: ssl.SSLContext | None,
         waiter: Future[Any] | None,
