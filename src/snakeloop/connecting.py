@@ -17,7 +17,7 @@ from asyncio import BaseProtocol, Transport
 from collections.abc import Callable, Coroutine, Sequence
 from os import PathLike
 from ssl import SSLContext
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from ._core.contract import LoopMixinBase
 from .dns import AddrInfo, ensure_resolved, interleave_addrinfos
@@ -137,96 +137,6 @@ class ConnectingMixin(LoopMixinBase):
         # appends to ``errors``, and its cell would hold ``errors`` after the
         # return (the error -> traceback -> frame -> errors -> error cycle).
         return functools.partial(self._connect_sock, errors, addrinfo, laddr_infos)
-
-    # What callers see: typeshed's signatures for asyncio's create_connection,
-    # a host and port or a socket, and all_errors from 3.12 on.  Only the
-    # type checker reads them (the implementation below takes both forms).
-    if TYPE_CHECKING:
-        if sys.version_info >= (3, 12):
-
-            @overload
-            async def create_connection(
-                self,
-                protocol_factory: Callable[[], _ProtocolT],
-                host: str = ...,
-                port: int = ...,
-                *,
-                ssl: bool | None | SSLContext = None,
-                family: int = 0,
-                proto: int = 0,
-                flags: int = 0,
-                sock: None = None,
-                local_addr: tuple[str, int] | None = None,
-                server_hostname: str | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                happy_eyeballs_delay: float | None = None,
-                interleave: int | None = None,
-                all_errors: bool = False,
-            ) -> tuple[Transport, _ProtocolT]: ...
-
-            @overload
-            async def create_connection(
-                self,
-                protocol_factory: Callable[[], _ProtocolT],
-                host: None = None,
-                port: None = None,
-                *,
-                ssl: bool | None | SSLContext = None,
-                family: int = 0,
-                proto: int = 0,
-                flags: int = 0,
-                sock: socket.socket,
-                local_addr: None = None,
-                server_hostname: str | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                happy_eyeballs_delay: float | None = None,
-                interleave: int | None = None,
-                all_errors: bool = False,
-            ) -> tuple[Transport, _ProtocolT]: ...
-
-        else:
-
-            @overload
-            async def create_connection(
-                self,
-                protocol_factory: Callable[[], _ProtocolT],
-                host: str = ...,
-                port: int = ...,
-                *,
-                ssl: bool | None | SSLContext = None,
-                family: int = 0,
-                proto: int = 0,
-                flags: int = 0,
-                sock: None = None,
-                local_addr: tuple[str, int] | None = None,
-                server_hostname: str | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                happy_eyeballs_delay: float | None = None,
-                interleave: int | None = None,
-            ) -> tuple[Transport, _ProtocolT]: ...
-
-            @overload
-            async def create_connection(
-                self,
-                protocol_factory: Callable[[], _ProtocolT],
-                host: None = None,
-                port: None = None,
-                *,
-                ssl: bool | None | SSLContext = None,
-                family: int = 0,
-                proto: int = 0,
-                flags: int = 0,
-                sock: socket.socket,
-                local_addr: None = None,
-                server_hostname: str | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                happy_eyeballs_delay: float | None = None,
-                interleave: int | None = None,
-            ) -> tuple[Transport, _ProtocolT]: ...
 
     @hide_absent
     async def create_connection(

@@ -28,7 +28,7 @@ from asyncio import AbstractEventLoop, BaseProtocol, Future, base_events, except
 from collections.abc import Callable, Sequence
 from os import PathLike
 from ssl import SSLContext
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any
 
 from . import unixpaths
 from ._core.contract import LoopMixinBase
@@ -206,170 +206,6 @@ class ServingMixin(LoopMixinBase):
             raise OSError(f"getaddrinfo({host!r}) returned empty list")
         return infos
 
-    # What callers see: typeshed's signatures for asyncio's create_server (a
-    # host, a port, both, or a socket), with keep_alive from 3.13 on.  Only
-    # the type checker reads them (the implementation below takes every form).
-    if TYPE_CHECKING:
-        if sys.version_info >= (3, 13):
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: str | Sequence[str] | None,
-                port: int,
-                *,
-                family: int = 0,
-                flags: int = 1,
-                sock: None = None,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                keep_alive: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: str | Sequence[str],
-                port: int | None = None,
-                *,
-                family: int = 0,
-                flags: int = 1,
-                sock: None = None,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                keep_alive: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: None = None,
-                *,
-                port: int,
-                family: int = 0,
-                flags: int = 1,
-                sock: None = None,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                keep_alive: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: None = None,
-                port: None = None,
-                *,
-                family: int = 0,
-                flags: int = 1,
-                sock: socket.socket,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                keep_alive: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-        else:
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: str | Sequence[str] | None,
-                port: int,
-                *,
-                family: int = 0,
-                flags: int = 1,
-                sock: None = None,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: str | Sequence[str],
-                port: int | None = None,
-                *,
-                family: int = 0,
-                flags: int = 1,
-                sock: None = None,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: None = None,
-                *,
-                port: int,
-                family: int = 0,
-                flags: int = 1,
-                sock: None = None,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
-            @overload
-            async def create_server(
-                self,
-                protocol_factory: Callable[[], BaseProtocol],
-                host: None = None,
-                port: None = None,
-                *,
-                family: int = 0,
-                flags: int = 1,
-                sock: socket.socket,
-                backlog: int = 100,
-                ssl: bool | None | SSLContext = None,
-                reuse_address: bool | None = None,
-                reuse_port: bool | None = None,
-                ssl_handshake_timeout: float | None = None,
-                ssl_shutdown_timeout: float | None = None,
-                start_serving: bool = True,
-            ) -> Server: ...
-
     @hide_absent
     async def create_server(
         self,
@@ -493,80 +329,61 @@ class ServingMixin(LoopMixinBase):
             logger.info("%r is serving", server)
         return server
 
-    # Before 3.13 callers see no cleanup_socket, which asyncio does not take
-    # there.  Only the type checker reads this branch.
-    if TYPE_CHECKING and sys.version_info < (3, 13):
-
-        async def create_unix_server(
+    @hide_absent
+    async def create_unix_server(
+        self,
+        protocol_factory: Callable[[], BaseProtocol],
+        path: str | PathLike[str] | None = None,
+        *,
+        sock: socket.socket | None = None,
+        backlog: int = 100,
+        ssl: bool | None | SSLContext = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+        start_serving: bool = True,
+        cleanup_socket: bool = since((3, 13), True),
+    ) -> Server:
+        """Listen on a Unix socket; return a Server."""
+        if not _PY313 and cleanup_socket is not ABSENT:
+            raise unexpected_keyword(ServingMixin.create_unix_server, "cleanup_socket")
+        if isinstance(ssl, bool):
+            raise TypeError("ssl argument must be an SSLContext or None")
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+        if path is not None:
+            if sock is not None:
+                raise ValueError("path and sock can not be specified at the same time")
+            path = os.fspath(path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                unix_inode = await self._bind_unix_path(sock, path, cleanup_socket)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            if sock is None:
+                raise ValueError("path was not specified, and no sock specified")
+            if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+            unix_inode = await self._note_unix_inode(sock) if cleanup_socket else None
+        sock.setblocking(False)
+        listener = Listener(
             self,
-            protocol_factory: Callable[[], BaseProtocol],
-            path: str | PathLike[str] | None = None,
-            *,
-            sock: socket.socket | None = None,
-            backlog: int = 100,
-            ssl: bool | None | SSLContext = None,
-            ssl_handshake_timeout: float | None = None,
-            ssl_shutdown_timeout: float | None = None,
-            start_serving: bool = True,
-        ) -> Server: ...
-
-    else:
-
-        @hide_absent
-        async def create_unix_server(
-            self,
-            protocol_factory: Callable[[], BaseProtocol],
-            path: str | PathLike[str] | None = None,
-            *,
-            sock: socket.socket | None = None,
-            backlog: int = 100,
-            ssl: bool | None | SSLContext = None,
-            ssl_handshake_timeout: float | None = None,
-            ssl_shutdown_timeout: float | None = None,
-            start_serving: bool = True,
-            cleanup_socket: bool = since((3, 13), True),
-        ) -> Server:
-            """Listen on a Unix socket; return a Server."""
-            if not _PY313 and cleanup_socket is not ABSENT:
-                raise unexpected_keyword(ServingMixin.create_unix_server, "cleanup_socket")
-            if isinstance(ssl, bool):
-                raise TypeError("ssl argument must be an SSLContext or None")
-            if ssl_handshake_timeout is not None and not ssl:
-                raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
-            if ssl_shutdown_timeout is not None and not ssl:
-                raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
-            if path is not None:
-                if sock is not None:
-                    raise ValueError("path and sock can not be specified at the same time")
-                path = os.fspath(path)
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    unix_inode = await self._bind_unix_path(sock, path, cleanup_socket)
-                except BaseException:
-                    sock.close()
-                    raise
-            else:
-                if sock is None:
-                    raise ValueError("path was not specified, and no sock specified")
-                if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
-                    raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
-                unix_inode = await self._note_unix_inode(sock) if cleanup_socket else None
-            sock.setblocking(False)
-            listener = Listener(
-                self,
-                sock,
-                protocol_factory,
-                ssl,
-                backlog,
-                ssl_handshake_timeout,
-                ssl_shutdown_timeout,
-                unix_inode,
-            )
-            server = Server(self, [listener])
-            if start_serving:
-                server._start_serving()
-                await _first_iteration(server)
-            return server
+            sock,
+            protocol_factory,
+            ssl,
+            backlog,
+            ssl_handshake_timeout,
+            ssl_shutdown_timeout,
+            unix_inode,
+        )
+        server = Server(self, [listener])
+        if start_serving:
+            server._start_serving()
+            await _first_iteration(server)
+        return server
 
     async def _bind_unix_path(
         self, sock: socket.socket, path: str | bytes, cleanup_socket: bool
