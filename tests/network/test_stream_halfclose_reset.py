@@ -29,8 +29,7 @@ import socket
 
 import pytest
 from _loopkit import PY312
-
-from .conftest import (
+from _streamkit import (
     StrictBufferedProtocol,
     StrictProtocol,
     drain_nonblocking,

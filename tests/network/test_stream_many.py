@@ -26,8 +26,7 @@ import time
 
 import pytest
 from _loopkit import connect_idle, fd_count, stdlib_xfail
-
-from .conftest import StrictProtocol, abort_live_transports, run, set_linger_rst
+from _streamkit import StrictProtocol, abort_live_transports, run, set_linger_rst
 
 GREETING = b"hello from the server\n"
 

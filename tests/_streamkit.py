@@ -27,14 +27,9 @@ import contextlib
 import gc
 import hashlib
 import os
-import random
-import shutil
 import socket
-import tempfile
 import time
-import zlib
 
-import pytest
 from _loopkit import fd_is_open, fd_set, run_within
 
 GUARD = 60.0  # a watchdog for run(); never reached when things work
@@ -47,14 +42,6 @@ run = run_within(GUARD)
 
 
 # -- randomness ---------------------------------------------------------------
-
-
-@pytest.fixture
-def rng(request):
-    """A ``random.Random`` seeded from the test's id; the seed is printed."""
-    seed = zlib.crc32(request.node.nodeid.encode())
-    print(f"random seed {seed} for {request.node.nodeid}")
-    return random.Random(seed)
 
 
 def payload(rng, size):
@@ -91,15 +78,6 @@ class Digest:
 
 
 # -- fds and sockets ------------------------------------------------------------
-
-
-@pytest.fixture
-def sock_dir():
-    """A short private directory for Unix socket paths (sun_path holds 107 bytes)."""
-    path = tempfile.mkdtemp(prefix="sl-", dir="/tmp")
-    os.chmod(path, 0o700)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def tcp_pair(family=socket.AF_INET):

@@ -32,8 +32,7 @@ import ssl
 import threading
 
 import pytest
-
-from .conftest import (
+from _streamkit import (
     Digest,
     StrictBufferedProtocol,
     StrictProtocol,

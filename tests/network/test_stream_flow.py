@@ -31,8 +31,7 @@ import socket
 
 import pytest
 from _loopkit import stdlib_xfail
-
-from .conftest import (
+from _streamkit import (
     StrictBufferedProtocol,
     StrictProtocol,
     drain_nonblocking,

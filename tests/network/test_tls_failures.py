@@ -21,7 +21,8 @@ import time
 
 import pytest
 from _loopkit import connect_idle, fd_count, run_fake
-from test_tls import (
+
+from .test_tls import (
     EPS,
     TLS12,
     TLS_VERSIONS,
