@@ -14,6 +14,8 @@ import time
 import pytest
 from _loopkit import PY312, PY313, run
 
+pytestmark = pytest.mark.reliability
+
 
 def _executor_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("asyncio")]

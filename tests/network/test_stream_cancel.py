@@ -32,6 +32,8 @@ from _streamkit import (
     victim_probe,
 )
 
+pytestmark = pytest.mark.reliability
+
 MAX_K = 40
 
 STDLIB_HAPPY_EYEBALLS = (

@@ -33,6 +33,8 @@ from _streamkit import (
     victim_probe,
 )
 
+pytestmark = pytest.mark.reliability
+
 # -- R-FD-1 -----------------------------------------------------------------------------
 
 

@@ -41,6 +41,8 @@ from _streamkit import (
     tcp_pair,
 )
 
+pytestmark = pytest.mark.reliability
+
 HIGH, LOW = 65536, 16384
 
 

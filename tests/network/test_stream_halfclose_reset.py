@@ -40,6 +40,8 @@ from _streamkit import (
     tcp_pair,
 )
 
+pytestmark = pytest.mark.reliability
+
 
 async def connect(loop, family, sock, factory):
     if family == "unix":

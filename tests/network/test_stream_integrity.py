@@ -43,6 +43,8 @@ from _streamkit import (
     stream_pair,
 )
 
+pytestmark = pytest.mark.reliability
+
 MAX_CHUNK = 256 * 1024
 
 

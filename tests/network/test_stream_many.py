@@ -28,6 +28,8 @@ import pytest
 from _loopkit import connect_idle, fd_count, stdlib_xfail
 from _streamkit import StrictProtocol, abort_live_transports, run, set_linger_rst
 
+pytestmark = pytest.mark.reliability
+
 GREETING = b"hello from the server\n"
 
 

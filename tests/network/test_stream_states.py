@@ -52,6 +52,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+pytestmark = pytest.mark.reliability
+
 OUT = bytes(range(251)) * 4096  # our bytes: value = offset % 251
 IN = bytes(range(241)) * 64  # the peer's bytes: value = offset % 241
 STATS = None  # set to a list to collect each example's moves (for tuning)

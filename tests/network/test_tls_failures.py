@@ -39,6 +39,8 @@ from .test_tls import (
     tls_server,
 )
 
+pytestmark = pytest.mark.reliability
+
 
 def _rss():
     with open("/proc/self/statm") as f:
