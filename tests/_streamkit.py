@@ -1,23 +1,24 @@
-"""Helpers shared by the stream reliability tests (``test_stream_*.py``).
+"""Helpers shared by the stream tests of the reliability plan (``network/test_stream_*.py``).
 
-The suite-wide fixtures (``any_loop``, ``loop_kind``, ``loop_errors``, the
-leak guard) come from ``tests/conftest.py``; this module adds what the stream
-tests have in common:
+The suite-wide fixtures (``any_loop``, ``loop_kind``, ``loop_errors``, ``rng``,
+``sock_dir``, the leak guard) come from ``tests/conftest.py`` and the helpers
+every test may use from ``_loopkit``; this module adds what the stream tests
+have in common:
 
 * :class:`StrictProtocol`, a recording protocol that checks asyncio's
   protocol grammar as the callbacks arrive
   (``connection_made -> data_received* -> eof_received? -> connection_lost``,
   each at most once, nothing after ``connection_lost``, ``pause_writing`` and
   ``resume_writing`` strictly alternating);
-* seeded randomness (every test prints its seed, so a failure can be
-  replayed), random chunking and digests;
+* random payloads, chunking and digests, drawn from the ``rng`` fixture
+  (every test prints its seed, so a failure can be replayed);
 * connected socket pairs over loopback;
 * :func:`cancel_after` and :func:`victim_probe` (uvloop#738's fd-reuse
   scenario) for the cancellation and fd-ownership tests;
 * clean-up helpers for the leaks of the stdlib variants that are expected to
   fail (``_loopkit.stdlib_xfail``).
 
-Test modules import these as ``from .conftest import ...``.
+Test modules import these as ``from _streamkit import ...``.
 """
 
 from __future__ import annotations
