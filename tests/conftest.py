@@ -22,11 +22,15 @@ import asyncio
 import gc
 import logging
 import os
+import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
 import weakref
+import zlib
 
 import pytest
 
@@ -216,6 +220,27 @@ def data_file(request: pytest.FixtureRequest, tmp_path):
     path.write_bytes(request.module.DATA)
     with open(path, "rb") as f:
         yield f
+
+
+@pytest.fixture
+def rng(request):
+    """A ``random.Random`` seeded from the test's id; the seed is printed.
+
+    The id's folder is left out, so that a test keeps its data when its module moves.
+    """
+    path, _, rest = request.node.nodeid.partition("::")
+    seed = zlib.crc32(f"{os.path.basename(path)}::{rest}".encode())
+    print(f"random seed {seed} for {request.node.nodeid}")
+    return random.Random(seed)
+
+
+@pytest.fixture
+def sock_dir():
+    """A short private directory for Unix socket paths (sun_path holds 107 bytes)."""
+    path = tempfile.mkdtemp(prefix="sl-", dir="/tmp")
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import sys
 import pytest
 from _loopkit import stdlib_xfail
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 LIMIT = 64
 CLIENTS = 200

@@ -13,6 +13,8 @@ import time
 import pytest
 from _loopkit import LIST_FDS_SCRIPT, fd_set, run, zombies
 
+pytestmark = pytest.mark.reliability
+
 PY = sys.executable
 # The cat binary starts far faster than an interpreter; either will do.
 CAT = (

@@ -19,6 +19,8 @@ import sys
 import pytest
 from _loopkit import fd_count, run_within, stdlib_xfail, zombies
 
+pytestmark = pytest.mark.reliability
+
 PY = sys.executable
 CAT = [PY, "-c", "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
 SLEEPER = [PY, "-c", "import time; time.sleep(60)"]

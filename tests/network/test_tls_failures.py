@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gc
-import os
 import socket
 import ssl
 import time
 
 import pytest
-from _loopkit import connect_idle, fd_count, run_fake
-from test_tls import (
+from _loopkit import connect_idle, fd_count, rss, run_fake
+
+from .test_tls import (
     EPS,
     TLS12,
     TLS_VERSIONS,
@@ -38,10 +38,7 @@ from test_tls import (
     tls_server,
 )
 
-
-def _rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+pytestmark = pytest.mark.reliability
 
 
 def _live_ssl_protocols():
@@ -401,10 +398,10 @@ def test_r_tls_4_connection_churn_rss(any_loop):
         server, addr = await tls_server(any_loop, asyncio.Protocol)
         await churn(addr, 100)
         gc.collect()
-        before = _rss()
+        before = rss()
         await churn(addr, 1000)
         gc.collect()
-        growth = _rss() - before
+        growth = rss() - before
         await close_server(server)
         return growth
 

@@ -24,6 +24,8 @@ import zlib
 import pytest
 from _loopkit import run
 
+pytestmark = pytest.mark.reliability
+
 HEADER = struct.Struct("!II")  # sequence number, CRC32 of the payload
 MAX_UDP4 = 65507
 TINY = b"t"

@@ -23,8 +23,7 @@ import warnings
 
 import pytest
 from _loopkit import fd_set, stdlib_xfail
-
-from .conftest import (
+from _streamkit import (
     StrictProtocol,
     cancel_after,
     close_leaked_sockets,
@@ -33,6 +32,8 @@ from .conftest import (
     tcp_pair,
     victim_probe,
 )
+
+pytestmark = pytest.mark.reliability
 
 # -- R-FD-1 -----------------------------------------------------------------------------
 

@@ -26,7 +26,10 @@ from _loopkit import snakeloop_module, stdlib_xfail
 
 from ._eintr_storm import HANG_LIMIT, STALL_LIMIT
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix signals")
+pytestmark = [
+    pytest.mark.reliability,
+    pytest.mark.skipif(sys.platform == "win32", reason="Unix signals"),
+]
 
 STDLIB_LOSES_SIGNALS = (
     "python/cpython#74224: the stdlib loop shares one self-pipe between signal bytes and "

@@ -30,9 +30,8 @@ import os
 import socket
 
 import pytest
-from _loopkit import stdlib_xfail
-
-from .conftest import (
+from _loopkit import rss, stdlib_xfail
+from _streamkit import (
     StrictBufferedProtocol,
     StrictProtocol,
     drain_nonblocking,
@@ -41,6 +40,8 @@ from .conftest import (
     stream_pair,
     tcp_pair,
 )
+
+pytestmark = pytest.mark.reliability
 
 HIGH, LOW = 65536, 16384
 
@@ -420,11 +421,6 @@ def test_r_fc_3_buffered_protocol_tiny_buffers(any_loop):
 # -- R-FC-4 ----------------------------------------------------------------------------
 
 
-def _rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 @pytest.mark.parametrize(
     "flood",
     [
@@ -448,7 +444,7 @@ def test_r_fc_4_unread_stream_reader_is_bounded(any_loop, flood):
         try:
             await any_loop.sock_connect(client, server.sockets[0].getsockname())
             reader, writer = await accepted
-            rss_before = _rss()
+            rss_before = rss()
             view = memoryview(data)
             sent, idle = 0, 0
             while idle < 50 and sent < len(data):
@@ -463,7 +459,7 @@ def test_r_fc_4_unread_stream_reader_is_bounded(any_loop, flood):
             assert not writer.transport.is_reading()
             assert sent < len(data)
             assert len(reader._buffer) <= 2 * limit + 256 * 1024
-            assert _rss() - rss_before <= 4 << 20
+            assert rss() - rss_before <= 4 << 20
             # Reading lets everything through, in order.
             sender = asyncio.ensure_future(any_loop.sock_sendall(client, view[sent:]))
             got = bytearray()
@@ -511,7 +507,7 @@ def test_r_fc_5_writes_after_reset_are_dropped(any_loop):
         peer.close()  # RST
         exc = await proto.lost
         assert isinstance(exc, ConnectionResetError)
-        rss_before = _rss()
+        rss_before = rss()
         counter = _WarningCount()
         logger = logging.getLogger("asyncio")
         logger.addHandler(counter)
@@ -522,7 +518,7 @@ def test_r_fc_5_writes_after_reset_are_dropped(any_loop):
                 assert tr.get_write_buffer_size() == 0
         finally:
             logger.removeHandler(counter)
-        assert _rss() - rss_before < 1 << 20
+        assert rss() - rss_before < 1 << 20
         # asyncio: silent for the first LOG_THRESHOLD_FOR_CONNLOST_WRITES - 1
         # writes after the loss (counted from the reset), then one WARNING each.
         assert counter.messages == ["socket.send() raised exception."] * 996

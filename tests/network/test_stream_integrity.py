@@ -32,8 +32,7 @@ import ssl
 import threading
 
 import pytest
-
-from .conftest import (
+from _streamkit import (
     Digest,
     StrictBufferedProtocol,
     StrictProtocol,
@@ -43,6 +42,8 @@ from .conftest import (
     run,
     stream_pair,
 )
+
+pytestmark = pytest.mark.reliability
 
 MAX_CHUNK = 256 * 1024
 

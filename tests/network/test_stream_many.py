@@ -25,16 +25,12 @@ import socket
 import time
 
 import pytest
-from _loopkit import connect_idle, fd_count, stdlib_xfail
+from _loopkit import connect_idle, fd_count, rss, stdlib_xfail
+from _streamkit import StrictProtocol, abort_live_transports, run, set_linger_rst
 
-from .conftest import StrictProtocol, abort_live_transports, run, set_linger_rst
+pytestmark = pytest.mark.reliability
 
 GREETING = b"hello from the server\n"
-
-
-def _rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 # -- R-MC-1 -----------------------------------------------------------------------------
@@ -197,12 +193,12 @@ async def idle_round(loop, idle, measure_latency):
     try:
         baseline = await round_trips(loop, addr, 300) if measure_latency else None
         gc.collect()
-        rss_before = _rss()
+        rss_before = rss()
         socks = await connect_idle(loop, addr, idle)
         while len(protocols) < idle + (1 if measure_latency else 0):
             await asyncio.sleep(0)
         gc.collect()
-        per_conn = (_rss() - rss_before) / idle
+        per_conn = (rss() - rss_before) / idle
         loaded = await round_trips(loop, addr, 300) if measure_latency else None
         # Every idle connection is still served.
         for i, sock in enumerate(socks):

@@ -34,6 +34,13 @@ import socket
 
 import pytest
 from _loopkit import ExceptionRecorder, close_loop, new_loop, run_once, stdlib_xfail
+from _streamkit import (
+    StrictProtocol,
+    drain_nonblocking,
+    run,
+    set_linger_rst,
+    stream_pair,
+)
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -45,13 +52,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from .conftest import (
-    StrictProtocol,
-    drain_nonblocking,
-    run,
-    set_linger_rst,
-    stream_pair,
-)
+pytestmark = pytest.mark.reliability
 
 OUT = bytes(range(251)) * 4096  # our bytes: value = offset % 251
 IN = bytes(range(241)) * 64  # the peer's bytes: value = offset % 241

@@ -19,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
 from _loopkit import run_within, stdlib_xfail, unix_dgram_pair
+
+pytestmark = pytest.mark.reliability
 
 GUARD = 30.0
 

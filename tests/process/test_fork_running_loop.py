@@ -17,7 +17,10 @@ import warnings
 import pytest
 from _loopkit import PY312, echo_back, fork_call, new_loop, quiet_fork, reap, run, stdlib_xfail
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+pytestmark = [
+    pytest.mark.reliability,
+    pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"),
+]
 
 STDLIB_SHARES_EPOLL = (
     "the stdlib selector loop keeps using the epoll instance it shares with a forked child"

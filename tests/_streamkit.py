@@ -1,23 +1,24 @@
-"""Helpers shared by the stream reliability tests (``test_stream_*.py``).
+"""Helpers shared by the stream tests of the reliability plan (``network/test_stream_*.py``).
 
-The suite-wide fixtures (``any_loop``, ``loop_kind``, ``loop_errors``, the
-leak guard) come from ``tests/conftest.py``; this module adds what the stream
-tests have in common:
+The suite-wide fixtures (``any_loop``, ``loop_kind``, ``loop_errors``, ``rng``,
+``sock_dir``, the leak guard) come from ``tests/conftest.py`` and the helpers
+every test may use from ``_loopkit``; this module adds what the stream tests
+have in common:
 
 * :class:`StrictProtocol`, a recording protocol that checks asyncio's
   protocol grammar as the callbacks arrive
   (``connection_made -> data_received* -> eof_received? -> connection_lost``,
   each at most once, nothing after ``connection_lost``, ``pause_writing`` and
   ``resume_writing`` strictly alternating);
-* seeded randomness (every test prints its seed, so a failure can be
-  replayed), random chunking and digests;
+* random payloads, chunking and digests, drawn from the ``rng`` fixture
+  (every test prints its seed, so a failure can be replayed);
 * connected socket pairs over loopback;
 * :func:`cancel_after` and :func:`victim_probe` (uvloop#738's fd-reuse
   scenario) for the cancellation and fd-ownership tests;
 * clean-up helpers for the leaks of the stdlib variants that are expected to
   fail (``_loopkit.stdlib_xfail``).
 
-Test modules import these as ``from .conftest import ...``.
+Test modules import these as ``from _streamkit import ...``.
 """
 
 from __future__ import annotations
@@ -27,14 +28,9 @@ import contextlib
 import gc
 import hashlib
 import os
-import random
-import shutil
 import socket
-import tempfile
 import time
-import zlib
 
-import pytest
 from _loopkit import fd_is_open, fd_set, run_within
 
 GUARD = 60.0  # a watchdog for run(); never reached when things work
@@ -47,14 +43,6 @@ run = run_within(GUARD)
 
 
 # -- randomness ---------------------------------------------------------------
-
-
-@pytest.fixture
-def rng(request):
-    """A ``random.Random`` seeded from the test's id; the seed is printed."""
-    seed = zlib.crc32(request.node.nodeid.encode())
-    print(f"random seed {seed} for {request.node.nodeid}")
-    return random.Random(seed)
 
 
 def payload(rng, size):
@@ -91,15 +79,6 @@ class Digest:
 
 
 # -- fds and sockets ------------------------------------------------------------
-
-
-@pytest.fixture
-def sock_dir():
-    """A short private directory for Unix socket paths (sun_path holds 107 bytes)."""
-    path = tempfile.mkdtemp(prefix="sl-", dir="/tmp")
-    os.chmod(path, 0o700)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def tcp_pair(family=socket.AF_INET):

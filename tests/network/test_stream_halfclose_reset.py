@@ -29,8 +29,7 @@ import socket
 
 import pytest
 from _loopkit import PY312
-
-from .conftest import (
+from _streamkit import (
     StrictBufferedProtocol,
     StrictProtocol,
     drain_nonblocking,
@@ -40,6 +39,8 @@ from .conftest import (
     stream_pair,
     tcp_pair,
 )
+
+pytestmark = pytest.mark.reliability
 
 
 async def connect(loop, family, sock, factory):

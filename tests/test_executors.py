@@ -1,8 +1,4 @@
-"""R-EX-1: default executor shutdown, on both loops.
-
-(Named with the subprocess tests: the worker threads are the loop's other
-way of running code outside the loop thread.)
-"""
+"""R-EX-1: default executor shutdown, on both loops."""
 
 from __future__ import annotations
 
@@ -13,6 +9,8 @@ import time
 
 import pytest
 from _loopkit import PY312, PY313, run
+
+pytestmark = pytest.mark.reliability
 
 
 def _executor_threads() -> list[threading.Thread]:

@@ -8,8 +8,7 @@ deliberately does better than asyncio; each says how and why.
 Certificates are the ones CPython's own test-suite ships (found through
 ``test.test_asyncio.utils``): ``keycert3.pem`` is a certificate for
 ``localhost`` signed by the test CA ``pycacert.pem``.  Everything talks over
-127.0.0.1.  The helpers at the top are shared with
-``tests/reliability/test_tls.py``.
+127.0.0.1.  The helpers at the top are shared with ``test_tls_failures.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ TIMEOUT = 15.0  # a guard against hangs, never reached when things work
 EPS = 1e-6  # the fake clock adds up float steps
 
 
-# -- helpers (also used by tests/reliability/test_tls.py) ----------------------
+# -- helpers (also used by test_tls_failures.py) -------------------------------
 
 
 def server_context(version=None, *, certfile=None, require_client_cert=False):

@@ -23,8 +23,7 @@ import socket
 
 import pytest
 from _loopkit import fd_set, stdlib_xfail
-
-from .conftest import (
+from _streamkit import (
     StrictProtocol,
     cancel_after,
     close_leaked_sockets,
@@ -32,6 +31,8 @@ from .conftest import (
     tcp_pair,
     victim_probe,
 )
+
+pytestmark = pytest.mark.reliability
 
 MAX_K = 40
 

@@ -1,0 +1,1 @@
+"""Tests of streams, servers, sockets, sendfile, datagrams and TLS."""

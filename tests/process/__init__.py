@@ -1,0 +1,1 @@
+"""Tests of subprocesses, pipes, fork and signals."""

@@ -1,1 +1,0 @@
-"""Tier R reliability tests (see shared/reliability-plan.md for the IDs)."""
