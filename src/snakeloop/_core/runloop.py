@@ -237,8 +237,15 @@ class CoreLoop:
         return timer
 
     def _timer_handle_cancelled(self, handle):
-        # Called by TimerHandle.cancel(); the entry is dropped lazily.
-        self._timer_cancelled_count += 1
+        """asyncio's ``TimerHandle.cancel()`` reports a cancel here.
+
+        snakeloop's own TimerHandle counts its cancel itself (no call); this
+        one is called only for an ``asyncio.TimerHandle`` that user code built
+        with this loop, which was never in the heap.  As in asyncio, only a
+        handle that is in the heap is counted.
+        """
+        if handle._scheduled:
+            self._timer_cancelled_count += 1
 
     def stop(self):
         """Stop after the callbacks of the current iteration have run."""
@@ -435,15 +442,23 @@ class CoreLoop:
                         break
                     _heappop(scheduled)
                     entry = timers.pop(when)
+                    # A cancelled handle can come due here: step 1 drops
+                    # only the earliest, and a cancel can come after it.  It
+                    # leaves the count now, or the count stays above zero
+                    # with nothing to find.
                     if entry.__class__ is list:
                         for handle in entry:
                             handle._scheduled = False
                             if handle._cancelled:
                                 self._timer_cancelled_count -= 1
-                            append(handle)
+                            else:
+                                append(handle)
                     else:
                         entry._scheduled = False
-                        append(entry)
+                        if entry._cancelled:
+                            self._timer_cancelled_count -= 1
+                        else:
+                            append(entry)
                 # Like ``handle`` at the end of the iteration: a traceback can
                 # keep this frame after the return, with the last timer fired.
                 entry = None
