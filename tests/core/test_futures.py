@@ -11,8 +11,12 @@ import ast
 import asyncio
 import inspect
 import re
+import types
+
+import pytest
 
 from snakeloop._core import futures
+from snakeloop._core.futures import Future, Task
 
 
 def loop_expression(node: ast.expr) -> bool:
@@ -53,3 +57,20 @@ def test_the_docstring_names_everything_the_module_uses_of_a_loop():
     assert public <= named
     # The public ones are asyncio's loop API, which any loop has.
     assert all(hasattr(asyncio.AbstractEventLoop, name) for name in public)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"), [(Future, asyncio.Future), (Task, asyncio.Task)], ids=["Future", "Task"]
+)
+def test_subscripting_gives_what_asyncio_gives(ours, theirs):
+    alias = ours[int]
+    assert type(alias) is type(theirs[int]) is types.GenericAlias
+    assert alias.__origin__ is ours
+    assert alias.__args__ == (int,)
+
+
+def test_the_generic_base_is_for_type_checkers_only():
+    # Nothing between the classes and object: attribute lookups stay as short
+    # as they were, and Future[int] stays asyncio's kind of alias.
+    assert Future.__mro__ == (Future, object)
+    assert Task.__mro__ == (Task, Future, object)

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The core loop: a ready deque, a timer heap, and ``run_once``.
 
 This is the hot path.  Everything here is written so Cython can compile the
@@ -67,8 +68,16 @@ import heapq
 import logging
 import threading
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
+from typing import TYPE_CHECKING, Any
 
 from .handles import Handle, TimerHandle
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextvars import Context
+    from typing import TypeVarTuple
+
+    _Ts = TypeVarTuple("_Ts")
 
 __all__ = ["CoreLoop", "plain_queue"]
 
@@ -95,7 +104,7 @@ _heappop = heapq.heappop
 _get_ident = threading.get_ident
 
 
-def plain_queue(loop):
+def plain_queue(loop: Any) -> collections.deque[Any] | None:
     """``loop._ready`` if a plain entry may be queued on it now, else None.
 
     The rule "Queueing a plain callback" above, as code.  Where a call costs
@@ -106,7 +115,7 @@ def plain_queue(loop):
     return None
 
 
-def _as_handle(loop, entry):
+def _as_handle(loop: Any, entry: Any) -> Handle:
     """The Handle a ready entry stands for (a plain entry is built into one)."""
     if entry.__class__ is tuple:
         callback, arg, context = entry
@@ -114,7 +123,7 @@ def _as_handle(loop, entry):
     return entry
 
 
-def format_handle(handle):
+def format_handle(handle: Handle) -> str:
     """How asyncio names a handle in the slow-callback warning."""
     cb = handle._callback
     owner = getattr(cb, "__self__", None)
@@ -192,13 +201,13 @@ class CoreLoop:
 
     # -- time ------------------------------------------------------------
 
-    def time(self):
+    def time(self) -> float:
         """The loop's clock, in seconds."""
         return self._now()
 
     # -- checks shared by the scheduling methods -------------------------
 
-    def _check_closed(self):
+    def _check_closed(self) -> None:
         if self._closed:
             raise RuntimeError("Event loop is closed")
 
@@ -219,7 +228,12 @@ class CoreLoop:
 
     # -- scheduling --------------------------------------------------------
 
-    def call_soon(self, callback, *args, context=None):
+    def call_soon(
+        self,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> Handle:
         """Run ``callback(*args)`` on the next iteration, in FIFO order."""
         if self._closed:
             raise RuntimeError("Event loop is closed")
@@ -232,7 +246,12 @@ class CoreLoop:
         self._ready.append(handle)
         return handle
 
-    def call_soon_threadsafe(self, callback, *args, context=None):
+    def call_soon_threadsafe(
+        self,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> Handle:
         """Like call_soon, from any thread; wakes a blocked poll."""
         if self._closed:
             raise RuntimeError("Event loop is closed")
@@ -249,19 +268,33 @@ class CoreLoop:
         self._waker.wake()
         return handle
 
-    def call_later(self, delay, callback, *args, context=None):
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> TimerHandle:
         """Run ``callback(*args)`` after ``delay`` seconds."""
         if delay is None:
             raise TypeError("delay must not be None")
         return self._push_timer(self._now() + delay, callback, args, context)
 
-    def call_at(self, when, callback, *args, context=None):
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> TimerHandle:
         """Run ``callback(*args)`` at loop time ``when``."""
         if when is None:
             raise TypeError("when cannot be None")
         return self._push_timer(when, callback, args, context)
 
-    def _push_timer(self, when, callback, args, context):
+    def _push_timer(
+        self, when: float, callback: Callable[..., object], args: Any, context: Context | None
+    ) -> TimerHandle:
         if self._closed:
             raise RuntimeError("Event loop is closed")
         if self._debug:
@@ -285,7 +318,7 @@ class CoreLoop:
         timer._scheduled = True
         return timer
 
-    def _timer_handle_cancelled(self, handle):
+    def _timer_handle_cancelled(self, handle: Any) -> None:
         """asyncio's ``TimerHandle.cancel()`` reports a cancel here.
 
         snakeloop's own TimerHandle counts its cancel itself (no call); this
@@ -296,14 +329,14 @@ class CoreLoop:
         if handle._scheduled:
             self._timer_cancelled_count += 1
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop after the callbacks of the current iteration have run."""
         self._stopping = True
 
-    def is_closed(self):
+    def is_closed(self) -> bool:
         return self._closed
 
-    def is_running(self):
+    def is_running(self) -> bool:
         return self._thread_id is not None
 
     # -- readiness callbacks -------------------------------------------------
@@ -359,7 +392,7 @@ class CoreLoop:
 
     # -- one iteration ---------------------------------------------------------
 
-    def _run_once(self):
+    def _run_once(self) -> None:
         """One iteration (steps 1-5 above)."""
         self._run_iterations(True)
 
