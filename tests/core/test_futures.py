@@ -1,0 +1,76 @@
+"""What snakeloop's Future and Task (src/snakeloop/_core/futures.py) promise about themselves.
+
+Their behaviour is tested against asyncio's in tests/test_differential_future.py,
+tests/test_differential_task.py and the conformance suite; this file checks the
+module's own claims.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+import types
+
+import pytest
+
+from snakeloop._core import futures
+from snakeloop._core.futures import Future, Task
+
+
+def loop_expression(node: ast.expr) -> bool:
+    """``loop`` or ``<anything>._loop``: an expression that holds a loop."""
+    if isinstance(node, ast.Name):
+        return node.id == "loop"
+    return isinstance(node, ast.Attribute) and node.attr == "_loop"
+
+
+def loop_attributes_used(tree: ast.AST) -> set[str]:
+    """Every attribute the module reads or calls on a loop, getattr() included."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and loop_expression(node.value):
+            used.add(node.attr)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and node.args
+            and loop_expression(node.args[0])
+        ):
+            name = node.args[1]
+            assert isinstance(name, ast.Constant), "a computed attribute name hides a reach-in"
+            used.add(name.value)
+    return used
+
+
+def test_the_docstring_names_everything_the_module_uses_of_a_loop():
+    source = inspect.getsource(futures)
+    # The paragraph that says which loop API the classes use.
+    (paragraph,) = [p for p in futures.__doc__.split("\n\n") if "``call_soon``" in p]
+    named = set(re.findall(r"``(\w+)``", paragraph))
+    used = loop_attributes_used(ast.parse(source))
+    private = {name for name in used if name.startswith("_")}
+    public = used - private
+    assert private == {name for name in named if name.startswith("_")}
+    assert public <= named
+    # The public ones are asyncio's loop API, which any loop has.
+    assert all(hasattr(asyncio.AbstractEventLoop, name) for name in public)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"), [(Future, asyncio.Future), (Task, asyncio.Task)], ids=["Future", "Task"]
+)
+def test_subscripting_gives_what_asyncio_gives(ours, theirs):
+    alias = ours[int]
+    assert type(alias) is type(theirs[int]) is types.GenericAlias
+    assert alias.__origin__ is ours
+    assert alias.__args__ == (int,)
+
+
+def test_the_generic_base_is_for_type_checkers_only():
+    # Nothing between the classes and object: attribute lookups stay as short
+    # as they were, and Future[int] stays asyncio's kind of alias.
+    assert Future.__mro__ == (Future, object)
+    assert Task.__mro__ == (Task, Future, object)
