@@ -332,12 +332,6 @@ def test_the_loop_provides_every_contract_member(name):
 
 # ------------------------------------------------------------------ the public API is annotated
 
-# Files whose public functions may still lack annotations: the hot path,
-# which is being annotated on a branch of its own (issue 10, item 5).  Once
-# that branch lands this set goes (test_annotation_exemptions_are_still_needed
-# fails as soon as an exempt file is fully annotated, to say so).
-_NOT_YET_ANNOTATED = frozenset({"_core/futures.py", "_core/handles.py", "_core/runloop.py"})
-
 
 def _is_private_module(rel: str) -> bool:
     """``_io/epoll.py`` is public by this rule, ``_io/_events.py`` is not (packages don't count)."""
@@ -398,19 +392,10 @@ def test_public_functions_are_annotated():
     found = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         rel = _relative(path)
-        if _is_private_module(rel) or rel in _NOT_YET_ANNOTATED:
+        if _is_private_module(rel):
             continue
         found += unannotated_public_functions(path.read_text(), rel)
     assert not found, f"{len(found)} public functions lack annotations:\n" + "\n".join(found)
-
-
-@pytest.mark.parametrize("rel", sorted(_NOT_YET_ANNOTATED))
-def test_annotation_exemptions_are_still_needed(rel):
-    path = PACKAGE_DIR / rel
-    assert path.exists(), f"{rel} is exempt from the annotation rule but does not exist"
-    assert unannotated_public_functions(path.read_text(), rel), (
-        f"{rel} is fully annotated now: take it out of _NOT_YET_ANNOTATED"
-    )
 
 
 # ------------------------------------------------------------------ the rules catch violations
