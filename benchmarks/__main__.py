@@ -1,6 +1,7 @@
 """Run the scheduling micro-benchmarks on every available loop, interleaved.
 
     python -m benchmarks [--quick] [--repeat N] [--only NAME,...] [--json FILE]
+    python -m benchmarks --baseline main      # before and after a change, in one run
 
 Run it from the repository root. See benchmarks/README.md for what each
 workload does and how to read the figures.
@@ -10,10 +11,14 @@ import argparse
 import asyncio
 import gc
 import importlib
+import io
 import json
 import platform
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +50,27 @@ def load_factory(spec):
     return getattr(importlib.import_module(module_name), attribute or "new_event_loop")
 
 
+def load_baseline(revision):
+    """snakeloop's ``src/snakeloop`` at a git revision, imported as ``snakeloop_baseline``.
+
+    The package imports itself only relatively, so a copy under another name is a second,
+    independent snakeloop in the same process: the two trees are measured interleaved, on the
+    same Python and at the same moment, which a before/after pair of runs on a machine whose
+    speed drifts is not.
+    """
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", revision, "src/snakeloop"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    directory = Path(tempfile.mkdtemp(prefix="snakeloop-baseline-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(directory, filter="data")
+    (directory / "src" / "snakeloop").rename(directory / "snakeloop_baseline")
+    sys.path.insert(0, str(directory))
+    return importlib.import_module("snakeloop_baseline")
+
+
 def find_loops(args):
     """[(label, factory)] with stdlib first, and the header lines that describe them."""
     loops = [("stdlib", asyncio.SelectorEventLoop)]
@@ -56,6 +82,11 @@ def find_loops(args):
         factory = load_factory(args.snakeloop)
         loops.append(("snakeloop", factory))
         notes.append(f"snakeloop: stand-in {args.snakeloop}")
+        if args.baseline:
+            baseline = load_baseline(args.baseline)
+            loops.append(("baseline", baseline.new_event_loop))
+            build = describe_snakeloop(baseline).split(", from ")[0]
+            notes.append(f"baseline:  snakeloop at {args.baseline}, {build}")
     else:
         if not args.installed and (REPO / "src" / "snakeloop").is_dir():
             sys.path.insert(0, str(REPO / "src"))
@@ -73,6 +104,11 @@ def find_loops(args):
 
                 loops.append(("snake+C", with_c_futures))
                 notes.append("snake+C:   snakeloop with stdlib_futures=True")
+            if args.baseline:
+                baseline = load_baseline(args.baseline)
+                loops.append(("baseline", baseline.new_event_loop))
+                build = describe_snakeloop(baseline).split(", from ")[0]
+                notes.append(f"baseline:  snakeloop at {args.baseline}, {build}")
 
     if not args.no_uvloop:
         try:
@@ -170,6 +206,11 @@ def main(argv=None):
         metavar="MODULE:FACTORY",
         help="benchmark this loop factory in snakeloop's place",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run snakeloop as it is at this git revision (before/after in one run)",
+    )
     args = parser.parse_args(argv)
     repeat = args.repeat or (3 if args.quick else 5)
     scale = 0.25 if args.quick else 1.0
@@ -213,6 +254,11 @@ def main(argv=None):
                 for label in others
             )
             print(f"  {name:<10}{cells}")
+    if "baseline" in others and "snakeloop" in others:
+        print("\nsnakeloop (this tree) to baseline (median rates):")
+        for name, medians in summary.items():
+            if "baseline" in medians and "snakeloop" in medians:
+                print(f"  {name:<10}{medians['snakeloop'] / medians['baseline']:>10.2f}x")
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
     if args.json:
