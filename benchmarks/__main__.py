@@ -11,18 +11,14 @@ import argparse
 import asyncio
 import gc
 import importlib
-import io
 import json
 import platform
 import statistics
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from pathlib import Path
 
-from . import workloads
+from . import baseline, workloads
 from .workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,24 +47,7 @@ def load_factory(spec):
 
 
 def load_baseline(revision):
-    """snakeloop's ``src/snakeloop`` at a git revision, imported as ``snakeloop_baseline``.
-
-    The package imports itself only relatively, so a copy under another name is a second,
-    independent snakeloop in the same process: the two trees are measured interleaved, on the
-    same Python and at the same moment, which a before/after pair of runs on a machine whose
-    speed drifts is not.
-    """
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", revision, "src/snakeloop"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    directory = Path(tempfile.mkdtemp(prefix="snakeloop-baseline-"))
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(directory, filter="data")
-    (directory / "src" / "snakeloop").rename(directory / "snakeloop_baseline")
-    sys.path.insert(0, str(directory))
-    return importlib.import_module("snakeloop_baseline")
+    return baseline.load(baseline.extract(revision))
 
 
 def find_loops(args):
@@ -83,9 +62,9 @@ def find_loops(args):
         loops.append(("snakeloop", factory))
         notes.append(f"snakeloop: stand-in {args.snakeloop}")
         if args.baseline:
-            baseline = load_baseline(args.baseline)
-            loops.append(("baseline", baseline.new_event_loop))
-            build = describe_snakeloop(baseline).split(", from ")[0]
+            old = load_baseline(args.baseline)
+            loops.append(("baseline", old.new_event_loop))
+            build = describe_snakeloop(old).split(", from ")[0]
             notes.append(f"baseline:  snakeloop at {args.baseline}, {build}")
     else:
         if not args.installed and (REPO / "src" / "snakeloop").is_dir():
@@ -105,9 +84,9 @@ def find_loops(args):
                 loops.append(("snake+C", with_c_futures))
                 notes.append("snake+C:   snakeloop with stdlib_futures=True")
             if args.baseline:
-                baseline = load_baseline(args.baseline)
-                loops.append(("baseline", baseline.new_event_loop))
-                build = describe_snakeloop(baseline).split(", from ")[0]
+                old = load_baseline(args.baseline)
+                loops.append(("baseline", old.new_event_loop))
+                build = describe_snakeloop(old).split(", from ")[0]
                 notes.append(f"baseline:  snakeloop at {args.baseline}, {build}")
 
     if not args.no_uvloop:

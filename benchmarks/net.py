@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 
+from . import baseline
 from .serverproc import (
     FRESH_ALLOCATOR_ENV,
     PLACEMENTS,
@@ -353,6 +354,11 @@ def main(argv=None):
     parser.add_argument(
         "--stdlib-futures", action="store_true", help="also run snakeloop with stdlib_futures=True"
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run snakeloop as it is at this git revision (before/after in one run)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -372,7 +378,9 @@ def main(argv=None):
     for name in names:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
-    loops = available_loops(args.stdlib_futures)
+    if args.baseline:
+        baseline.extract(args.baseline)  # its directory is inherited by the servers
+    loops = available_loops(args.stdlib_futures, bool(args.baseline))
     print(
         f"# Python {platform.python_version()}, snakeloop interpreted build; "
         f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "
@@ -380,7 +388,9 @@ def main(argv=None):
         "server CPU per request in µs (lower is better), median over the rounds"
     )
     header = f"{'workload':<15}" + "".join(f"{name:>10}" for name in loops)
-    header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}{'snake rt/s':>12}"
+    header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}"
+    header += f"{'snake/base':>12}" if args.baseline else ""
+    header += f"{'snake rt/s':>12}"
     print(header)
     samples = {}
     for workload in names:
@@ -398,12 +408,16 @@ def main(argv=None):
         # CPU ratios are "other / snakeloop": above 1, snakeloop is cheaper.
         row += f"{ratio(cpu['stdlib'], cpu['snakeloop']):>14}"
         row += f"{ratio(cpu.get('uvloop', 0), cpu['snakeloop']):>14}"
+        if args.baseline:
+            row += f"{ratio(cpu['baseline'], cpu['snakeloop']):>12}"
         row += f"{rate:>12.0f}"
         print(row, flush=True)
     print(
         "# ratios: the other server's CPU per request divided by snakeloop's"
         " (above 1: snakeloop is cheaper); raw: no event loop, shown where it applies"
     )
+    if args.baseline:
+        print(f"# baseline: snakeloop at {args.baseline}, from the same repository")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(samples, f, indent=1)

@@ -30,15 +30,22 @@ def new_loop(name):
         import uvloop
 
         return uvloop.new_event_loop()
+    if name == "baseline":
+        from . import baseline
+
+        return baseline.load().new_event_loop()
     sys.path.insert(0, str(REPO / "src"))
     import snakeloop
 
     return snakeloop.new_event_loop(stdlib_futures=name == "snake+C")
 
 
-def available_loops(stdlib_futures=False):
-    """stdlib and snakeloop (and snake+C if asked), uvloop when it imports, and "raw"."""
+def available_loops(stdlib_futures=False, baseline=False):
+    """stdlib and snakeloop (and snake+C if asked), snakeloop at the --baseline revision,
+    uvloop when it imports, and "raw"."""
     loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
+    if baseline:
+        loops.append("baseline")
     try:
         import uvloop  # noqa: F401
     except ImportError:
