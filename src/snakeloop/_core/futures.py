@@ -43,6 +43,7 @@ from types import CoroutineType as _CoroutineType
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .classviews import isinstance_view
 from .runloop import plain_queue
 
 if TYPE_CHECKING:
@@ -54,26 +55,7 @@ if TYPE_CHECKING:
     from typing import Generic as _TypingOnlyGeneric
     from typing import NoReturn, Self, TextIO
 else:
-
-    class _GenericForTypeCheckers:
-        """``Generic`` to type checkers; at run time a base that disappears.
-
-        ``class Future(_TypingOnlyGeneric[_T])`` is a generic class to mypy,
-        and a class with no base but ``object`` when it runs: ``Generic`` in
-        the MRO would make ``Future[int]`` a ``typing`` alias where asyncio
-        gives a ``types.GenericAlias``, and a compiled class cannot have a
-        Python base.  ``Future[int]`` comes from ``__class_getitem__``.
-        """
-
-        __slots__ = ()
-
-        def __getitem__(self, params):
-            return self
-
-        def __mro_entries__(self, bases):
-            return ()
-
-    _TypingOnlyGeneric = _GenericForTypeCheckers()
+    from .classviews import TypingOnlyGeneric as _TypingOnlyGeneric
 
 _T = TypeVar("_T")
 
@@ -803,37 +785,11 @@ _OWN_CLASSES = frozenset((Future, Task))
 _set_class = object.__dict__["__class__"].__set__
 
 
-def _new_real(view, *args, **kwargs):
-    # fut.__class__(...) builds a real snakeloop object.  type.__call__ does
-    # not run __init__ again on it, since it is not an instance of the view.
-    return view._real_class(*args, **kwargs)
-
-
-def _isinstance_view(cls, asyncio_class):
-    """A never-instantiated subclass of ``asyncio_class`` that stands for ``cls``.
-
-    ``fut.__class__`` returns it, so ``isinstance(fut, asyncio_class)`` is
-    true; it has ``cls``'s name, so reprs and messages read as before.
-    """
-    return type(
-        cls.__name__,
-        (asyncio_class,),
-        {
-            "__slots__": (),
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-            "__doc__": cls.__doc__,
-            "__new__": _new_real,
-            "_real_class": cls,
-        },
-    )
-
-
 # Only snakeloop's own two classes have views: a user's subclass is its own
 # __class__, so that its class attributes stay reachable through it.
 _ISINSTANCE_VIEWS = {
-    Future: _isinstance_view(Future, _aio_futures.Future),
-    Task: _isinstance_view(Task, _aio_tasks.Task),
+    Future: isinstance_view(Future, _aio_futures.Future),
+    Task: isinstance_view(Task, _aio_tasks.Task),
 }
 
 
