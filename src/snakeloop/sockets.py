@@ -112,8 +112,7 @@ async def wait_readable(
     try:
         return await fut
     finally:
-        if loop._get_reader(fd) is handle:
-            loop._remove_reader(fd)
+        loop._remove_reader_handle(fd, handle)
         del fut, handle  # no cycle through a raised exception's frame
 
 
@@ -134,8 +133,7 @@ async def wait_writable(
     try:
         return await fut
     finally:
-        if loop._get_writer(fd) is handle:
-            loop._remove_writer(fd)
+        loop._remove_writer_handle(fd, handle)
         del fut, handle
 
 

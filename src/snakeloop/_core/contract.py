@@ -171,6 +171,14 @@ class LoopContract(Protocol):
         """Stop watching ``fd`` for writing; True if it was watched."""
         ...
 
+    def _remove_reader_handle(self, fd: int, handle: Handle) -> bool:
+        """Stop watching ``fd`` for reading if ``handle`` still does; True if it did."""
+        ...
+
+    def _remove_writer_handle(self, fd: int, handle: Handle) -> bool:
+        """Stop watching ``fd`` for writing if ``handle`` still does; True if it did."""
+        ...
+
     def _get_reader(self, fd: int) -> Handle | None:
         """The handle watching ``fd`` for reading, or None."""
         ...
