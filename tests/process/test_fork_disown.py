@@ -15,39 +15,19 @@ import json
 import os
 import signal
 import sys
-import warnings
 
 import pytest
-from _loopkit import snakeloop_module
+from _loopkit import fork_call, reap, snakeloop_module
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 
 def _fork_and_report(child_main) -> tuple[int, object]:
-    """Fork; the child's ``child_main()`` result comes back as JSON."""
-    r, w = os.pipe()
-    with warnings.catch_warnings():
-        # 3.12+ warns about fork() with threads alive.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(r)
-            result = child_main()
-            code = 0
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-        finally:
-            try:
-                os.write(w, json.dumps(result).encode())
-            finally:
-                os._exit(code)
-    os.close(w)
+    """Fork; the child's ``child_main()`` result comes back as JSON (``_loopkit.fork_call``)."""
+    pid, r = fork_call(child_main)
     with open(r, "rb") as f:
         data = f.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), json.loads(data or b"null")
+    return reap(pid), json.loads(data or b"null")
 
 
 class _BackendThatFailsToCloseInAChild:
