@@ -140,6 +140,9 @@ class Loop(
     needs ``type(x) is asyncio.Task`` (snakeloop's pass ``isinstance`` checks).
     """
 
+    # The virtual-time driver (snakeloop.virtualtime), while the clock is virtual.
+    _virtual_time: Any = None
+
     def __init__(
         self,
         *,
@@ -396,6 +399,24 @@ class Loop(
     def _get_writer(self, fd: int) -> Handle | None:
         """The handle watching ``fd`` for writing, or None."""
         return self._writers.get(fd)
+
+    # -- what can still wake the loop (read when idle, never on the hot path) --
+
+    def _watched_fds(self) -> list[tuple[int, Any, bool, bool]]:
+        readers = self._readers
+        writers = self._writers
+        return [
+            (fd, fileobj, fd in readers, fd in writers) for fd, fileobj in self._fileobjs.items()
+        ]
+
+    def _unfinished_work(self) -> list[Any]:
+        return [*self._executors.pending(), *self._offload_pending(), *self._children.pending()]
+
+    def _worker_threads(self) -> set[Any]:
+        return self._executors.worker_threads() | self._offload_threads()
+
+    def _has_signal_handlers(self) -> bool:
+        return self._signals.has_handlers()
 
     def _shared_recv_buffer(self) -> memoryview:
         """The one receive buffer of this loop, made on first use (see transports.recvbuffer)."""

@@ -121,6 +121,10 @@ class SignalHandlers:
         else:
             self._loop._ready.append(handle)
 
+    def has_handlers(self) -> bool:
+        """Whether a handler is installed: a signal can still wake the loop."""
+        return bool(self._handlers)
+
     def add(self, sig: int, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
         """``loop.add_signal_handler(sig, callback, *args)``."""
         if iscoroutine(callback) or iscoroutinefunction(callback):

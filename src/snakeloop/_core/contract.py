@@ -234,6 +234,31 @@ class LoopContract(Protocol):
         """In a forked child: let go of everything that belongs to the parent's loop."""
         ...
 
+    # -- what can still wake the loop (virtual time, deadlock reports) -------
+    # Read only while the loop is idle or from a report: never on the hot path.
+
+    def _watched_fds(self) -> list[tuple[int, Any, bool, bool]]:
+        """``(fd, fileobj, reading, writing)`` for each fd given to add_reader/add_writer
+        (transports' included); not the waker, not internal fds."""
+        ...
+
+    def _unfinished_work(self) -> list[Any]:
+        """``pending.Pending`` entries for the loop's parts' unfinished jobs: executor
+        and ``to_thread`` jobs, the worker thread's calls, children and spawns."""
+        ...
+
+    def _worker_threads(self) -> set[Any]:
+        """Threads of the executors this loop used and of its own worker: idle when
+        ``_unfinished_work()`` lists nothing of theirs."""
+        ...
+
+    def _has_signal_handlers(self) -> bool:
+        """Whether ``add_signal_handler`` has a handler installed."""
+        ...
+
+    _virtual_time: Any
+    """The virtual-time driver (``virtualtime.VirtualTime``), or None."""
+
 
 def _private_members(protocol: type) -> frozenset[str]:
     members = {
