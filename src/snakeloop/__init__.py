@@ -10,20 +10,27 @@ from __future__ import annotations
 from ._core.futures import Future, Task
 from ._core.handles import Handle, TimerHandle
 from .clock import Clock, MonotonicClock
+from .exceptions import DeadlockError, StallError, VirtualTimeoutError
 from .loop import Loop
-from .runner import EventLoopPolicy, Runner, install, new_event_loop, run
+from .runner import EventLoopPolicy, Runner, install, loop_factory, new_event_loop, run
+from .virtualclock import VirtualClock
 
 __all__ = [
     "Clock",
+    "DeadlockError",
     "EventLoopPolicy",
     "Future",
     "Handle",
     "Loop",
     "MonotonicClock",
     "Runner",
+    "StallError",
     "Task",
     "TimerHandle",
+    "VirtualClock",
+    "VirtualTimeoutError",
     "install",
+    "loop_factory",
     "new_event_loop",
     "run",
 ]

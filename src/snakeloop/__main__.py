@@ -4,6 +4,9 @@ The script runs unmodified, as ``__main__``, with its own ``sys.argv``;
 snakeloop's policy is installed first, so its ``asyncio.run``,
 ``asyncio.new_event_loop`` and ``asyncio.Runner`` get snakeloop loops.
 ``python -m snakeloop -m package.module [args]`` runs a module the same way.
+``--virtual-time`` gives every loop the program makes a ``VirtualClock``:
+its sleeps and timeouts take no real time, and a deadlock raises
+``DeadlockError`` with the report of what each task waits on.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import sys
 from .runner import install
 
 USAGE = (
-    "usage: python -m snakeloop SCRIPT [ARGS...]\n"
-    "       python -m snakeloop -m MODULE [ARGS...]\n"
-    "Runs an asyncio program with snakeloop as its event loop."
+    "usage: python -m snakeloop [--virtual-time] SCRIPT [ARGS...]\n"
+    "       python -m snakeloop [--virtual-time] -m MODULE [ARGS...]\n"
+    "Runs an asyncio program with snakeloop as its event loop.\n"
+    "  --virtual-time  loop time jumps to the next timer whenever the program is idle"
 )
 
 
@@ -25,7 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
-    install()
+    clock_factory = None
+    if args[0] == "--virtual-time":
+        from .virtualclock import VirtualClock
+
+        clock_factory = VirtualClock
+        args = args[1:]
+        if not args:
+            print(
+                "snakeloop: --virtual-time needs a script or -m MODULE\n" + USAGE, file=sys.stderr
+            )
+            return 2
+    install(clock_factory=clock_factory)
     if args[0] == "-m":
         if len(args) < 2:
             print("snakeloop: -m needs a module name\n" + USAGE, file=sys.stderr)

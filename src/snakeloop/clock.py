@@ -3,7 +3,10 @@
 ``loop.time()`` asks the clock the loop was built with.  The default reads
 ``time.monotonic``: it never goes backwards, and on Linux its resolution is
 well under a millisecond.  The clock is injected through the loop
-constructor, which is the seam a virtual clock plugs into.
+constructor or ``loop.set_clock()``, which is the seam ``VirtualClock``
+(``snakeloop.virtualclock``) plugs into.  A clock whose ``is_virtual`` is
+true gets the loop's idle driver (``snakeloop.virtualtime``); any other
+clock costs the loop nothing beyond the call to read it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ class Clock(Protocol):
 
 class MonotonicClock:
     """The real clock: ``time.monotonic``."""
+
+    #: Not a virtual clock: the loop waits for its timers in real time.
+    is_virtual = False
 
     __slots__ = ("resolution", "monotonic")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -53,6 +54,8 @@ from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
 from .connecting import ConnectingMixin
 from .datagrams import DatagramMixin
+from .deadlock import MODES as DEADLOCK_MODES
+from .deadlock import report_deadlock, what_can_wake
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
@@ -66,6 +69,7 @@ from .sockets import SocketMixin
 from .subprocess import Children
 from .tls import TLSMixin
 from .transports.recvbuffer import RECV_BUFFER_SIZE
+from .virtualtime import VirtualTime
 
 if TYPE_CHECKING:
     # typeshed's own names for the types of asyncio's loop methods, so that
@@ -134,7 +138,12 @@ class Loop(
 ):
     """An asyncio event loop written in Python.
 
-    ``clock`` supplies ``loop.time()`` (default: ``time.monotonic``).
+    ``clock`` supplies ``loop.time()`` (default: ``time.monotonic``); a
+    ``VirtualClock`` jumps to the next timer when the loop is idle.
+    ``on_deadlock`` says what happens when nothing can ever wake the loop:
+    ``"raise"`` ``DeadlockError`` (the default with a virtual clock),
+    ``"log"`` the report once (the default otherwise) or ``"ignore"``; the
+    environment variable ``SNAKELOOP_DEADLOCK`` sets the default.
     ``stdlib_futures=True`` makes ``create_future``/``create_task`` build
     asyncio's own (C) Future and Task instead of snakeloop's, for code that
     needs ``type(x) is asyncio.Task`` (snakeloop's pass ``isinstance`` checks).
@@ -149,12 +158,26 @@ class Loop(
         clock: Clock | None = None,
         stdlib_futures: bool = False,
         io_backend: IOBackend | None = None,
+        on_deadlock: Literal["raise", "log", "ignore"] | None = None,
     ) -> None:
-        if clock is None:
-            clock = MonotonicClock()
+        if on_deadlock is None:
+            on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
+        if on_deadlock is not None and on_deadlock not in DEADLOCK_MODES:
+            raise ValueError(
+                f"on_deadlock must be 'raise', 'log' or 'ignore' (or the environment "
+                f"variable SNAKELOOP_DEADLOCK unset), got {on_deadlock!r}"
+            )
+        if clock is not None:
+            # Before any fd is opened: a refused clock leaves nothing to close.
+            check = getattr(clock, "_check_attachable", None)
+            if check is not None:
+                check(self)
         if io_backend is None:
             io_backend = default_backend()
-        CoreLoop.__init__(self, clock, io_backend, Waker())
+        CoreLoop.__init__(self, MonotonicClock(), io_backend, Waker())
+        self._on_deadlock = on_deadlock
+        self._deadlock_logged = False
+        self.set_clock(MonotonicClock() if clock is None else clock)
         self._debug = debug_from_environment()
         self._task_factory: _TaskFactory | None = None
         self._exception_handler = None
@@ -187,7 +210,7 @@ class Loop(
         )
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        if not self.is_closed():
+        if not getattr(self, "_closed", True):  # True: __init__ failed before the core's
             _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
             if not self.is_running():
                 self.close()
@@ -292,6 +315,9 @@ class Loop(
         self._fileobjs.clear()
         self._io.close()
         self._waker.close()
+        detach = getattr(self._clock, "_detach", None)
+        if detach is not None:
+            detach(self)
 
     def _disown_after_fork(self) -> None:
         """The child side of fork(): close this loop, and let each part drop the parent's state.
@@ -316,6 +342,96 @@ class Loop(
             inherited.close,
             self._waker.close,
         )
+
+    # -- the clock ------------------------------------------------------------
+
+    def get_clock(self) -> Clock:
+        """The clock behind ``loop.time()``."""
+        clock: Clock = self._clock
+        return clock
+
+    def set_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` from now on; pending timers keep their remaining delays.
+
+        Each timer's deadline moves by the difference between the two
+        clocks' readings, so a timer due in 5 s is still due in 5 s, and
+        time seen by the program never goes backwards on a loop whose clock
+        says ``start="continue"``.  Only while the loop is not running.
+        """
+        if self.is_running():
+            raise RuntimeError("cannot change the clock of a running loop")
+        self._check_closed()
+        if not isinstance(clock, Clock):
+            raise TypeError(f"a clock needs a resolution and a monotonic() method, got {clock!r}")
+        old = self._clock
+        old_now = old.monotonic()
+        attach = getattr(clock, "_attach", None)
+        if attach is not None:
+            attach(self, old_now)
+        if old is not clock:
+            detach = getattr(old, "_detach", None)
+            if detach is not None:
+                detach(self)
+        self._rebase_timers(clock.monotonic() - old_now)
+        self._clock = clock
+        self._clock_resolution = clock.resolution
+        self._now = clock.monotonic
+        self._virtual_time = None
+        self._poll = self._io.poll
+        if getattr(clock, "is_virtual", False):
+            self._use_idle_driver()
+            self._on_block_forever = None
+        else:
+            self._on_block_forever = self._check_deadlock
+
+    def _rebase_timers(self, delta: float) -> None:
+        if not delta or not self._scheduled:
+            return
+        timers: dict[float, Any] = {}
+        for when, entry in self._timers.items():
+            handles = entry if entry.__class__ is list else (entry,)
+            for handle in handles:
+                handle._when = when + delta
+            timers[when + delta] = entry
+        self._timers = timers
+        self._scheduled = [when + delta for when in self._scheduled]  # still a heap
+
+    def _next_timer_when(self) -> float | None:
+        scheduled = self._scheduled
+        return scheduled[0] if scheduled else None
+
+    def _use_idle_driver(self) -> VirtualTime:
+        driver = self._virtual_time
+        if driver is None:
+            driver = self._virtual_time = VirtualTime(self, self._clock, self._io.poll)
+            self._poll = driver.poll
+        return driver
+
+    def _release_idle_driver(self) -> None:
+        driver = self._virtual_time
+        if driver is not None and not driver.is_needed():
+            self._virtual_time = None
+            self._poll = self._io.poll
+
+    def _deadlock_mode(self) -> str:
+        mode = self._on_deadlock
+        if mode is None:
+            return "raise" if getattr(self._clock, "is_virtual", False) else "log"
+        return mode
+
+    def _check_deadlock(self) -> None:
+        """The core is about to block with no timer: is anything left to wake it?"""
+        mode = self._deadlock_mode()
+        if mode == "ignore" or self._ready:
+            return
+        test_mode = mode == "raise"
+        if not test_mode and (self._deadlock_logged or self._readers or self._writers):
+            return  # a production loop with fds: any of them may still bring an event
+        if what_can_wake(self, test_mode=test_mode):
+            return
+        if not test_mode:
+            self._deadlock_logged = True
+        report_deadlock(self, mode=mode, virtual=False)
 
     # -- futures and tasks -------------------------------------------------
 

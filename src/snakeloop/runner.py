@@ -14,7 +14,7 @@ import contextvars
 from asyncio import events
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .loop import Loop
 
@@ -30,9 +30,10 @@ if TYPE_CHECKING:
         clock: Clock | None
         stdlib_futures: bool
         io_backend: IOBackend | None
+        on_deadlock: Literal["raise", "log", "ignore"] | None
 
 
-__all__ = ["EventLoopPolicy", "Runner", "install", "new_event_loop", "run"]
+__all__ = ["EventLoopPolicy", "Runner", "install", "loop_factory", "new_event_loop", "run"]
 
 _T = TypeVar("_T")
 
@@ -40,6 +41,22 @@ _T = TypeVar("_T")
 def new_event_loop(**options: Unpack[LoopOptions]) -> Loop:
     """A new snakeloop loop; ``options`` go to ``snakeloop.Loop``."""
     return Loop(**options)
+
+
+def loop_factory(**options: Unpack[LoopOptions]) -> Callable[[], Loop]:
+    """A zero-argument callable making a new snakeloop loop with ``options``.
+
+    For ``asyncio.run(main(), loop_factory=snakeloop.loop_factory(...))`` and
+    ``asyncio.Runner``.  A ``VirtualClock`` belongs to one loop at a time:
+    a factory given one can make a second loop only once the first is closed.
+    """
+    if "clock" in options and not hasattr(options["clock"], "monotonic"):
+        raise TypeError(f"loop_factory() clock must be a clock, got {options['clock']!r}")
+
+    def factory() -> Loop:
+        return Loop(**options)
+
+    return factory
 
 
 class Runner:
@@ -86,21 +103,36 @@ class Runner:
         return self._runner.run(coro, context=context)
 
 
-def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
-    """Run ``main`` on a new snakeloop loop, like ``asyncio.run``."""
+def run(
+    main: Coroutine[Any, Any, _T],
+    *,
+    debug: bool | None = None,
+    **options: Unpack[LoopOptions],
+) -> _T:
+    """Run ``main`` on a new snakeloop loop, like ``asyncio.run``; ``options`` go to ``Loop``."""
     if events._get_running_loop() is not None:
         raise RuntimeError("snakeloop.run() cannot be called from a running event loop")
-    with Runner(debug=debug) as runner:
+    with Runner(debug=debug, loop_factory=loop_factory(**options) if options else None) as runner:
         return runner.run(main)
 
 
 class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
-    """The default policy, except that new loops are snakeloop loops."""
+    """The default policy, except that new loops are snakeloop loops.
+
+    ``clock_factory``, if given, makes the clock of each new loop (for
+    ``python -m snakeloop --virtual-time``: a new ``VirtualClock`` each).
+    """
+
+    def __init__(self, *, clock_factory: Callable[[], Clock] | None = None) -> None:
+        super().__init__()
+        self._clock_factory = clock_factory
 
     def new_event_loop(self) -> Loop:
-        return new_event_loop()
+        if self._clock_factory is None:
+            return new_event_loop()
+        return new_event_loop(clock=self._clock_factory())
 
 
-def install() -> None:
+def install(*, clock_factory: Callable[[], Clock] | None = None) -> None:
     """Make snakeloop the loop of ``asyncio.run`` and ``new_event_loop``."""
-    asyncio.set_event_loop_policy(EventLoopPolicy())
+    asyncio.set_event_loop_policy(EventLoopPolicy(clock_factory=clock_factory))

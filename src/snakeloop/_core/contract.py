@@ -259,6 +259,22 @@ class LoopContract(Protocol):
     _virtual_time: Any
     """The virtual-time driver (``virtualtime.VirtualTime``), or None."""
 
+    def _next_timer_when(self) -> float | None:
+        """The deadline of the earliest pending timer, or None."""
+        ...
+
+    def _use_idle_driver(self) -> Any:
+        """The loop's idle driver (``_virtual_time``), installed now if it had none."""
+        ...
+
+    def _release_idle_driver(self) -> None:
+        """Remove a real-clock loop's idle driver once nobody waits in it."""
+        ...
+
+    def _deadlock_mode(self) -> str:
+        """What a deadlock does: "raise", "log" or "ignore" (``on_deadlock``)."""
+        ...
+
 
 def _private_members(protocol: type) -> frozenset[str]:
     members = {
