@@ -96,6 +96,13 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
 _new_object = object.__new__
 
+# Frames in these directories are not where a task was "created": the site
+# is the first caller outside asyncio and snakeloop.
+_LIBRARY_DIRS = (
+    os.path.dirname(asyncio.__file__) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
+
 
 def _fd_of(fileobj: Any) -> int:
     """The fd behind an int or an object with ``fileno()``, as selectors does."""
@@ -151,6 +158,9 @@ class Loop(
 
     # The virtual-time driver (snakeloop.virtualtime), while the clock is virtual.
     _virtual_time: Any = None
+    # task -> (filename, lineno) of the code that created it, in virtual time
+    # and test mode only (see _record_task_sites); None otherwise.
+    _task_sites: weakref.WeakKeyDictionary[Any, tuple[str, int]] | None = None
 
     def __init__(
         self,
@@ -383,6 +393,39 @@ class Loop(
             self._on_block_forever = None
         else:
             self._on_block_forever = self._check_deadlock
+        self._record_task_sites(self._deadlock_mode() == "raise")
+
+    def _record_task_sites(self, on: bool) -> None:
+        """Remember where each task was created, for deadlock reports (tests only).
+
+        An instance attribute in front of ``create_task``, so that the
+        production path pays nothing; a subclass's own ``create_task`` is
+        left alone.
+        """
+        if on and type(self).create_task is Loop.create_task:
+            if self._task_sites is None:
+                self._task_sites = weakref.WeakKeyDictionary()
+            self.__dict__["create_task"] = self._create_task_recording_site
+        else:
+            self.__dict__.pop("create_task", None)
+
+    def _create_task_recording_site(
+        self,
+        coro: _CoroutineLike[_T],
+        *,
+        name: object = None,
+        context: Context | None = None,
+    ) -> asyncio.Task[_T]:
+        task = Loop.create_task(self, coro, name=name, context=context)
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+            frame = frame.f_back  # type: ignore[assignment]
+        if frame is not None and self._task_sites is not None:
+            try:
+                self._task_sites[task] = (frame.f_code.co_filename, frame.f_lineno)
+            except TypeError:
+                pass  # a factory's task that takes no weak reference: no site
+        return task
 
     def _rebase_timers(self, delta: float) -> None:
         if not delta or not self._scheduled:

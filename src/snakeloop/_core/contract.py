@@ -259,6 +259,9 @@ class LoopContract(Protocol):
     _virtual_time: Any
     """The virtual-time driver (``virtualtime.VirtualTime``), or None."""
 
+    _task_sites: Any
+    """task -> ``(filename, lineno)`` where it was created (virtual time and test mode), or None."""
+
     def _next_timer_when(self) -> float | None:
         """The deadline of the earliest pending timer, or None."""
         ...
