@@ -149,7 +149,10 @@ class VirtualTime:
             return self._follow_real_time(timeout, work)
         if not work:
             if not clock.autojump:
-                return self._frozen(timeout, [pending.Pending("autojump", "autojump is off", None)])
+                if clock.rate:  # time flows on its own: wait for it
+                    return self._os_poll(None if timeout is None else timeout / clock.rate)
+                off = "autojump=False and rate=0: only clock.jump() moves time"
+                return self._frozen(timeout, [pending.Pending("autojump", off, None)])
             when = loop._next_timer_when()
             if when is not None:
                 return self._jump(when)

@@ -167,3 +167,22 @@ def test_set_clock_refuses_what_is_not_a_clock():
 def test_repr_says_what_time_it_is():
     clock = VirtualClock(start=3.0)
     assert repr(clock) == "<VirtualClock now=3.0 autojump=True external_time='frozen'>"
+
+
+def test_without_autojump_a_rate_moves_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(5)  # 5 virtual s at 100 per real s: 50 ms
+        return loop.time()
+
+    wall = time.monotonic()
+    assert snakeloop.run(main(), clock=VirtualClock(autojump=False, rate=100.0)) >= 5.0
+    assert time.monotonic() - wall >= 0.04
+
+
+def test_without_autojump_or_rate_time_stalls_with_the_reason():
+    async def main():
+        await asyncio.sleep(5)
+
+    with pytest.raises(snakeloop.StallError, match="autojump=False and rate=0"):
+        snakeloop.run(main(), clock=VirtualClock(autojump=False, stall_timeout=0.1))
