@@ -547,6 +547,30 @@ def test_referrers_find_the_primitive_the_frames_do_not_show(loop):
     loop.run_until_complete(task)
 
 
+class OwnWakeupTask(asyncio.tasks._PyTask):
+    """A task class whose wakeup callback the report cannot recognize."""
+
+    def _Task__wakeup(self, future):
+        return super()._Task__wakeup(future)
+
+
+def test_an_unknown_wakeup_still_gives_the_edge_from_fut_waiter():
+    loop = snakeloop.Loop(clock=FakeClock())
+    loop.set_task_factory(lambda loop, coro, context=None: OwnWakeupTask(coro, loop=loop))
+    try:
+        q = asyncio.Queue()
+        consumer = loop.create_task(consume(q), name="consumer")
+        main = loop.create_task(await_task(consumer), name="main")
+        settle(loop)
+        text = report(loop)
+        assert "  awaits Task 'consumer'\n" in text
+        assert "  awaited by Task 'main'\n" in text
+        q.put_nowait(1)
+        loop.run_until_complete(main)
+    finally:
+        close_loop(loop)
+
+
 def test_creation_site_in_debug_mode_and_from_task_sites(loop):
     loop.set_debug(True)
     ev = asyncio.Event()

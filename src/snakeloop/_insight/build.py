@@ -90,7 +90,7 @@ def _waiting(fut: Any, frames: list[Any], referrers: bool) -> Waiting:
 
 def _node(loop: Any, task: Any, current: Any, referrers: bool) -> TaskNode:
     coro = task.get_coro()
-    running = task is current or bool(getattr(coro, "cr_running", False))
+    running = task is current
     frames = (running_stack(coro) or []) if running else await_chain(coro)
     fut = None if running else getattr(task, "_fut_waiter", None)
     node = TaskNode(
