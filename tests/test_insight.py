@@ -19,6 +19,7 @@ import io
 import itertools
 import json
 import os
+import sys
 import threading
 import weakref
 
@@ -656,3 +657,72 @@ def test_no_tasks_and_bad_format(loop):
     assert report(loop) == expect("No pending tasks.")
     with pytest.raises(ValueError, match="format must be"):
         loop.report(io.StringIO(), format="xml")
+
+
+async def wait_with_timeout(task):
+    return await asyncio.wait_for(task, 10)
+
+
+def test_wait_for(loop):
+    ev = asyncio.Event()
+    child = loop.create_task(wait_event(ev), name="child")
+    parent = loop.create_task(wait_with_timeout(child), name="parent")
+    settle(loop)
+    if sys.version_info < (3, 12):
+        # 3.11's wait_for waits on its own future, released by a callback on the task.
+        via, inner = " (via wait_for)", stdlib(asyncio.wait_for, "await waiter")
+    else:
+        via, inner = "", stdlib(asyncio.wait_for, "return await fut")
+    assert report(loop) == expect(
+        header(parent),
+        f"  awaits Task 'child'{via}",
+        frames(here(wait_with_timeout, "await asyncio.wait_for"), inner),
+        header(child),
+        frames(here(wait_event, "await ev.wait()"), stdlib(asyncio.Event.wait, "await fut")),
+        f"  waits on Future (asyncio.Event <unset waiters=1>, id {ident(child._fut_waiter)})",
+        f"  awaited by Task 'parent'{via}",
+        loop_line=LOOP_LINE.replace("0 timers", "1 timers"),
+    )
+    ev.set()
+    loop.run_until_complete(parent)
+
+
+async def wait_condition(cond):
+    async with cond:
+        await cond.wait()
+
+
+async def take_semaphore(sem):
+    async with sem:
+        pass
+
+
+def test_condition_and_semaphore(loop):
+    cond = asyncio.Condition()
+    sem = asyncio.Semaphore(0)
+    waiter = loop.create_task(wait_condition(cond), name="cond")
+    taker = loop.create_task(take_semaphore(sem), name="sem")
+    settle(loop)
+    assert report(loop) == expect(
+        header(waiter),
+        frames(
+            here(wait_condition, "await cond.wait()"), stdlib(asyncio.Condition.wait, "await fut")
+        ),
+        "  waits on Future (asyncio.Condition <unlocked waiters=1>, "
+        f"id {ident(waiter._fut_waiter)})",
+        header(taker),
+        frames(
+            here(take_semaphore, "async with sem"),
+            stdlib(asyncio.locks._ContextManagerMixin.__aenter__, "await self.acquire()"),
+            stdlib(asyncio.Semaphore.acquire, "await fut"),
+        ),
+        f"  waits on Future (asyncio.Semaphore <value=0 waiters=1>, id {ident(taker._fut_waiter)})",
+    )
+    sem.release()
+
+    async def notify():
+        async with cond:
+            cond.notify_all()
+
+    loop.run_until_complete(notify())
+    loop.run_until_complete(asyncio.gather(waiter, taker))
