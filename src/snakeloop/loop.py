@@ -767,3 +767,14 @@ class Loop(
             text=text,
             popen_kwargs=kwargs,
         )
+
+    # -- reports (insight) -----------------------------------------------------
+
+    def report(self, file: IO[str] | None = None, format: str = "text") -> str:
+        """Write every pending task's await chain, what it waits on and who
+        waits for it, then cycles and the loop's state, to ``file`` (default
+        ``sys.stderr``) and return the text; ``format="json"`` for the same
+        data as JSON (see ``snakeloop.insight``).  Read-only; any thread."""
+        from .insight import report
+
+        return report(self, file, format)
