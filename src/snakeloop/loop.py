@@ -439,6 +439,13 @@ class Loop(
         self._timers = timers
         self._scheduled = [when + delta for when in self._scheduled]  # still a heap
 
+    def _timer_count(self) -> int:
+        count = 0
+        for entry in list(self._timers.values()):
+            for handle in entry if entry.__class__ is list else (entry,):
+                count += not handle._cancelled
+        return count
+
     def _next_timer_when(self) -> float | None:
         scheduled = self._scheduled
         return scheduled[0] if scheduled else None

@@ -262,6 +262,10 @@ class LoopContract(Protocol):
     _task_sites: Any
     """task -> ``(filename, lineno)`` where it was created (virtual time and test mode), or None."""
 
+    def _timer_count(self) -> int:
+        """How many timers are pending and not cancelled (for reports)."""
+        ...
+
     def _next_timer_when(self) -> float | None:
         """The deadline of the earliest pending timer, or None."""
         ...

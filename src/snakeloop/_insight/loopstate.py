@@ -10,12 +10,8 @@ from typing import Any
 
 from .model import FdLine, LoopState
 
-# Members of snakeloop's loop that the loop contract (_core/contract.py) does
-# not list yet, though the report needs them: the timer table (for the timer
-# count) and the creation sites that test and virtual-time modes record.
-# They are read here only, by name, until the contract offers them.
-_TIMER_TABLE = "_timers"
-_STDLIB_TIMER_HEAP = "_scheduled"
+# The creation sites that test and virtual-time modes record (a contract
+# member); read with getattr, since a report may be asked of another loop.
 TASK_SITES = "_task_sites"
 
 
@@ -44,18 +40,10 @@ def is_virtual(loop: Any) -> bool:
 
 def timer_count(loop: Any) -> int | None:
     """Timers that will still fire; None when the loop keeps them in a way not known here."""
-    table = loop_private(loop, _TIMER_TABLE)
-    if isinstance(table, dict):
-        entries = _retrying(lambda: list(table.values()), [])
-        count = 0
-        for entry in entries:
-            handles = entry if isinstance(entry, list) else (entry,)
-            count += sum(1 for handle in list(handles) if not handle.cancelled())
-        return count
-    heap = loop_private(loop, _STDLIB_TIMER_HEAP)
-    if isinstance(heap, list):
-        return sum(1 for handle in list(heap) if not handle.cancelled())
-    return None
+    count = getattr(loop, "_timer_count", None)
+    if count is not None:
+        return _retrying(count, None)  # type: ignore[no-any-return]
+    return None  # another kind of loop: its timers are its own business
 
 
 def _describe(loop: Any, fd: int, fileobj: Any) -> str:
