@@ -100,7 +100,9 @@ def test_the_guard_fails_a_test_that_swaps_an_inherited_fd(pytester, monkeypatch
     # The suite's conftest is loaded as a plugin of an inner run, whose test keeps the count
     # of open fds while leaking a socket.
     pytester.makepyfile(test_inner=textwrap.dedent(SWAPS_AN_INHERITED_FD))
-    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeini(
+        "[pytest]\nfilterwarnings = error\nasyncio_default_fixture_loop_scope = function\n"
+    )
     path = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
     monkeypatch.setenv("PYTHONPATH", path)
     result = pytester.runpytest_subprocess("-p", "conftest", "-p", "no:cacheprovider", timeout=60)
