@@ -182,7 +182,7 @@ def test_a_job_on_a_given_executor_and_its_idle_workers(sloop):
     release = threading.Event()
     executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="given")
 
-    async def main():
+    async def main(executor):
         future = sloop.run_in_executor(executor, release.wait)
         assert kinds(work(sloop)) == [("executor", "executor job threading.Event.wait")]
         assert sloop._worker_threads() == set(executor._threads)
@@ -192,7 +192,7 @@ def test_a_job_on_a_given_executor_and_its_idle_workers(sloop):
         assert threads_in(wake_sources(sloop)) == []
 
     try:
-        run(sloop, main(), GUARD)
+        run(sloop, main(executor), GUARD)
     finally:
         executor.shutdown(wait=True)
     # The census holds the executor weakly.
@@ -357,7 +357,8 @@ def test_a_request_to_a_peer_outside_the_loop_awaits_a_reply(loop):
     async def main():
         reader, writer = await asyncio.open_connection(*server.address)
         try:
-            local = "%s:%d" % writer.get_extra_info("sockname")
+            host, port = writer.get_extra_info("sockname")
+            local = f"{host}:{port}"
             label = f"socket {local} -> 127.0.0.1:{server.address[1]}"
             writer.write(b"request\n")
             await writer.drain()
