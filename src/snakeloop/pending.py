@@ -203,10 +203,10 @@ def _read_socket(fd: int, fileobj: object, reading: bool, writing: bool) -> _Soc
             listening = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
         except OSError:
             return None
-        try:
-            peer = sock.getpeername()
-        except OSError:
-            peer = None
+        peer = None
+        if not listening:
+            with contextlib.suppress(OSError):
+                peer = sock.getpeername()
         tcp = None
         peer_pid = None
         if family in (socket.AF_INET, socket.AF_INET6) and kind == socket.SOCK_STREAM:
@@ -223,14 +223,20 @@ def _endpoint(addr: Any) -> tuple[str, int] | None:
     """``(ip, port)`` of an IP socket address, IPv4-mapped IPv6 as IPv4, or None."""
     if not isinstance(addr, tuple) or len(addr) < 2:
         return None
-    host = str(addr[0]).split("%", 1)[0]
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return (host, addr[1])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return (str(ip), addr[1])
+    host = addr[0]
+    if not isinstance(host, str):
+        return None
+    if ":" in host:
+        # IPv6: the kernel's text is canonical already, but for the mapped
+        # IPv4 form and the scope, which ipaddress sorts out (rare: not
+        # worth it for IPv4, the common case).
+        try:
+            ip = ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            return (host, addr[1])
+        mapped = ip.ipv4_mapped
+        return (str(mapped if mapped is not None else ip), addr[1])
+    return (host, addr[1])
 
 
 def _format_ip(addr: Any) -> str:
@@ -258,6 +264,14 @@ def _is_ip(host: str, quality: str) -> bool:
         return False
 
 
+def _is_wildcard(host: str) -> bool:
+    return host == "0.0.0.0" or (":" in host and _is_ip(host, "is_unspecified"))
+
+
+def _is_loopback(host: str) -> bool:
+    return host.startswith("127.") or (":" in host and _is_ip(host, "is_loopback"))
+
+
 class _Inside:
     """The addresses of this loop's own TCP endpoints, for the peer-inside test."""
 
@@ -271,7 +285,7 @@ class _Inside:
             if local is None:
                 continue
             self.addresses.add(local)
-            if sock.listening and _is_ip(local[0], "is_unspecified"):
+            if sock.listening and _is_wildcard(local[0]):
                 self.wildcard_ports.add(local[1])
 
     def holds_peer_of(self, sock: _Socket) -> bool:
@@ -286,7 +300,7 @@ class _Inside:
             return False
         # A wildcard listener of ours on that port, if the peer is this host.
         local = _endpoint(sock.local)
-        return _is_ip(peer[0], "is_loopback") or (local is not None and local[0] == peer[0])
+        return _is_loopback(peer[0]) or (local is not None and local[0] == peer[0])
 
 
 # -- the loop's sockets ----------------------------------------------------------------
@@ -325,10 +339,21 @@ def _transport_sockets(loop: Any, watched: set[int]) -> list[_Socket]:
     return found
 
 
-def _survey(loop: Any) -> tuple[list[_Socket], _Inside]:
-    watched = _watched_sockets(loop)
-    owned = _transport_sockets(loop, {sock.fd for sock in watched})
-    return watched, _Inside([*watched, *owned])
+class _Peers:
+    """The peer-inside test, made on first use: most censuses need no address at all."""
+
+    def __init__(self, loop: Any, watched: list[_Socket]) -> None:
+        self._loop = loop
+        self._watched = watched
+        self._inside: _Inside | None = None
+
+    def inside(self, sock: _Socket) -> bool:
+        inside = self._inside
+        if inside is None:
+            watched = self._watched
+            owned = _transport_sockets(self._loop, {sock.fd for sock in watched})
+            inside = self._inside = _Inside([*watched, *owned])
+        return inside.holds_peer_of(sock)
 
 
 def _describe(sock: _Socket) -> str:
@@ -356,14 +381,18 @@ def _describe(sock: _Socket) -> str:
     return f"socket (family {sock.family}) fd {sock.fd}"
 
 
-def _socket_work(sock: _Socket, inside: _Inside, reply_window: float, now: float) -> Pending | None:
-    """The outside work one watched socket waits for, if any."""
+def _socket_work(sock: _Socket, reply_window: float, now: float) -> Pending | None:
+    """What one watched socket waits for, if its peer is outside the loop.
+
+    A connect in progress counts wherever it goes: the kernel finishes it
+    (or gives up) in real time.
+    """
     if sock.listening or sock.type != socket.SOCK_STREAM:
         return None
     tcp = sock.tcp
     if tcp is not None and tcp.state == _TCP_SYN_SENT:
         return Pending("connect", f"{_describe(sock)} (connect in progress)", None)
-    if sock.peer is None or inside.holds_peer_of(sock):
+    if sock.peer is None:
         return None
     if sock.writing:
         return Pending("socket", f"{_describe(sock)} waiting to write", None)
@@ -398,11 +427,12 @@ def external_work(
     blocks.
     """
     found: list[Pending] = list(loop._unfinished_work())
-    watched, inside = _survey(loop)
+    watched = _watched_sockets(loop)
+    peers = _Peers(loop, watched)
     now = time.monotonic()
     for sock in watched:
-        work = _socket_work(sock, inside, reply_window, now)
-        if work is not None:
+        work = _socket_work(sock, reply_window, now)
+        if work is not None and (work.kind == "connect" or not peers.inside(sock)):
             found.append(work)
     found += [Pending("external", label, since) for label, since in marks]
     return found
@@ -424,12 +454,13 @@ def wake_sources(loop: Any) -> list[Pending]:
         for thread in threading.enumerate()
         if thread is not current and thread not in workers
     ]
-    watched, inside = _survey(loop)
+    watched = _watched_sockets(loop)
+    peers = _Peers(loop, watched)
     for sock in watched:
         if sock.listening or sock.type != socket.SOCK_STREAM:
             continue
         connecting = sock.tcp is not None and sock.tcp.state == _TCP_SYN_SENT
-        if connecting or (sock.peer is not None and not inside.holds_peer_of(sock)):
+        if connecting or (sock.peer is not None and not peers.inside(sock)):
             found.append(Pending("socket", _describe(sock), None))
     return found
 
