@@ -412,9 +412,29 @@ def test_a_write_that_waits_for_a_peer_outside_the_loop(loop):
         server.close()
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def _listener(kind: str) -> socket.socket:
+    if kind == "dualstack":
+        # An IPv4 client shows at the server's end as ::ffff:127.0.0.1.
+        return socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+    family = socket.AF_INET6 if ":" in kind else socket.AF_INET
+    return socket.create_server((kind, 0), family=family)
+
+
+@pytest.mark.parametrize(
+    ("listen", "connect"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("0.0.0.0", "127.0.0.1"),
+        pytest.param("::1", "::1", marks=pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6")),
+        pytest.param(
+            "dualstack",
+            "127.0.0.1",
+            marks=pytest.mark.skipif(not socket.has_dualstack_ipv6(), reason="no dual stack"),
+        ),
+    ],
+)
 @pytest.mark.parametrize("paused", [False, True], ids=["reading", "client-paused"])
-def test_loopback_client_and_server_on_the_loop_are_not_outside_work(loop, host, paused):
+def test_loopback_client_and_server_on_the_loop_are_not_outside_work(loop, listen, connect, paused):
     # With the client's reading paused, the loop does not watch its socket:
     # the server's end finds its peer among the transports' sockets.
     handled = asyncio.Event()
@@ -426,9 +446,9 @@ def test_loopback_client_and_server_on_the_loop_are_not_outside_work(loop, host,
         writer.close()
 
     async def main():
-        server = await asyncio.start_server(handle, host, 0)
+        server = await asyncio.start_server(handle, sock=_listener(listen))
         port = server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection(connect, port)
         try:
             if paused:
                 writer.transport.pause_reading()

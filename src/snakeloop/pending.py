@@ -95,7 +95,6 @@ _TCP_ESTABLISHED = 1
 _TCP_SYN_SENT = 2
 _TCP_FIN_WAIT1 = 4
 _TCP_FIN_WAIT2 = 5
-_TCP_LISTEN = 10
 # States in which data from the peer can still arrive.
 _TCP_OPEN_FOR_REPLIES = frozenset({_TCP_ESTABLISHED, _TCP_FIN_WAIT1, _TCP_FIN_WAIT2})
 
