@@ -6,20 +6,33 @@ keeps running while they finish; each Python version's timeout behaviour
 for ``shutdown_default_executor`` is kept as asyncio has it.  asyncio then
 joins the helper itself, blocking the loop thread for as long as the helper
 takes to end; snakeloop polls for its end from the loop instead.
+
+The loop also keeps a census of its unfinished jobs (``pending()``), read
+only while it is idle (virtual time, deadlock reports).  A job counts from
+its submission until its outcome has reached the loop's future, or, if that
+future was cancelled, until the job itself has ended: either way something
+outside the loop can still wake it.  The census holds the job's futures
+weakly and drops finished entries in batches, so that a job costs a small
+record and a set add, and nothing outlives what asyncio would keep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import functools
 import sys
 import threading
+import time
 import warnings
+import weakref
 from asyncio import futures, tasks, timeouts
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.futures import _set_result_unless_cancelled
+from .pending import Pending
 
 if TYPE_CHECKING:
     from ._core.contract import LoopMixinBase
@@ -39,6 +52,61 @@ _JOIN_POLL_MAX = 0.05
 # shutdown_default and the loop's delegate.
 _CALLER_OF_SHUTDOWN = 4
 
+# The census drops its finished entries once it has grown past this many,
+# then past twice what it kept: linear work, spread over the submissions.
+_PRUNE_FIRST = 64
+
+
+def callable_name(func: object) -> str:
+    """``module.qualname`` of what ``func`` runs, for reports.
+
+    Looks through ``functools.partial`` and through the ``Context.run``
+    partial that ``asyncio.to_thread`` submits, to the function inside.
+    """
+    while isinstance(func, functools.partial):
+        inner = func.func
+        if isinstance(getattr(inner, "__self__", None), contextvars.Context) and func.args:
+            func = func.args[0]
+        else:
+            func = inner
+    qualname = getattr(func, "__qualname__", None)
+    if not isinstance(qualname, str):
+        qualname = type(func).__qualname__
+    module = getattr(func, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
+
+
+class _Job:
+    """One run_in_executor job in the census; its futures are held weakly."""
+
+    __slots__ = ("name", "since", "_source", "_future")
+
+    def __init__(
+        self,
+        name: str,
+        source: concurrent.futures.Future[Any],
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.name = name
+        self.since = time.monotonic()
+        self._source = weakref.ref(source)
+        self._future = weakref.ref(future)
+
+    def unfinished(self) -> bool:
+        # Running (or queued) in its thread, or done there with the wakeup
+        # that carries its outcome still on its way to the loop.  A dead
+        # future is one nobody waits for; its job has ended (a queued or
+        # running job's future holds the loop's future through its callback).
+        source = self._source()
+        if source is not None and not source.done():
+            return True
+        future = self._future()
+        return future is not None and not future.done()
+
+
+def _since(job: _Job) -> float:
+    return job.since
+
 
 class Executors:
     """``run_in_executor`` and the loop's default executor, made on first use.
@@ -47,12 +115,25 @@ class Executors:
     ``_debug``) and its public methods.
     """
 
-    __slots__ = ("_loop", "_default", "_shutdown_called")
+    __slots__ = (
+        "_loop",
+        "_default",
+        "_shutdown_called",
+        "_jobs",
+        "_prune_at",
+        "_used",
+        "_shutdown_thread",
+    )
 
     def __init__(self, loop: LoopMixinBase) -> None:
         self._loop = loop
         self._default: concurrent.futures.ThreadPoolExecutor | None = None
         self._shutdown_called = False
+        self._jobs: set[_Job] = set()
+        self._prune_at = _PRUNE_FIRST
+        # Every executor this loop gave work to, for worker_threads().
+        self._used: weakref.WeakSet[concurrent.futures.Executor] = weakref.WeakSet()
+        self._shutdown_thread: threading.Thread | None = None
 
     def run(
         self,
@@ -72,17 +153,58 @@ class Executors:
             if executor is None:
                 executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
                 self._default = executor
-        return futures.wrap_future(executor.submit(func, *args), loop=loop)
+                self._used.add(executor)
+        else:
+            self._used.add(executor)
+        source = executor.submit(func, *args)
+        future = futures.wrap_future(source, loop=loop)
+        jobs = self._jobs
+        jobs.add(_Job(callable_name(func), source, future))
+        if len(jobs) > self._prune_at:
+            self._prune()
+        return future
+
+    def _prune(self) -> None:
+        jobs = self._jobs
+        jobs.difference_update([job for job in jobs if not job.unfinished()])
+        self._prune_at = max(_PRUNE_FIRST, 2 * len(jobs))
+
+    def pending(self) -> list[Pending]:
+        """This loop's unfinished jobs, on any executor, and the shutdown's joining thread."""
+        self._prune()
+        found = [
+            Pending("executor", f"executor job {job.name}", job.since)
+            for job in sorted(self._jobs, key=_since)
+        ]
+        thread = self._shutdown_thread
+        if thread is not None and thread.is_alive():
+            label = "shutdown_default_executor joining the executor's threads"
+            found.append(Pending("executor", label, None))
+        return found
+
+    def worker_threads(self) -> set[threading.Thread]:
+        """The threads of the executors this loop gave work to (idle or not)."""
+        threads: set[threading.Thread] = set()
+        for executor in list(self._used):
+            # ThreadPoolExecutor keeps its workers in _threads;
+            # ProcessPoolExecutor has one thread of its own, the manager.
+            threads.update(getattr(executor, "_threads", ()))
+            manager = getattr(executor, "_executor_manager_thread", None)
+            if isinstance(manager, threading.Thread):
+                threads.add(manager)
+        return threads
 
     def set_default(self, executor: concurrent.futures.Executor) -> None:
         """``loop.set_default_executor(executor)``."""
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             raise TypeError("executor must be ThreadPoolExecutor instance")
         self._default = executor
+        self._used.add(executor)
 
     def close(self) -> None:
         """The loop is closing: refuse new work, let the threads end unwaited."""
         self._shutdown_called = True
+        self._jobs.clear()
         executor = self._default
         if executor is not None:
             self._default = None
@@ -92,6 +214,9 @@ class Executors:
         """In a forked child: the executor's threads stayed in the parent."""
         self._shutdown_called = True
         self._default = None
+        self._jobs.clear()
+        self._used = weakref.WeakSet()
+        self._shutdown_thread = None
 
     def _do_shutdown(self, future: asyncio.Future[None]) -> None:
         # Runs in a helper thread: the join must not block the loop.
@@ -115,6 +240,7 @@ class Executors:
         future = self._loop.create_future()
         thread = threading.Thread(target=self._do_shutdown, args=(future,))
         thread.start()
+        self._shutdown_thread = thread
         if _PY313:
             try:
                 async with timeouts.timeout(timeout):

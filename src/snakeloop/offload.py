@@ -21,17 +21,25 @@ never straight away, even when the worker was done before ``finish`` was
 called: so the loop runs at least one iteration during every call, as it
 does while asyncio's native sendfile waits for the socket, and whether it
 does no longer depends on which thread the scheduler ran first.
+
+The loop lists the calls not yet heard of (``_offload_pending()``) and the
+worker's thread (``_offload_threads()``) for its census of outside work
+(``snakeloop.pending``), read only while it is idle.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import functools
+import threading
+import time
 from asyncio import exceptions
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._core.contract import LoopMixinBase
+from .executors import callable_name
+from .pending import Pending
 
 if TYPE_CHECKING:
     import asyncio
@@ -54,12 +62,17 @@ class _Wakeup:
     it: that would be a reference cycle per call.
     """
 
-    __slots__ = ("loop", "waiter", "heard")
+    __slots__ = ("loop", "waiter", "heard", "unheard", "name", "since")
 
-    def __init__(self, loop: LoopContract) -> None:
+    def __init__(self, loop: LoopContract, unheard: set[_Wakeup], name: str) -> None:
         self.loop = loop
         self.waiter: asyncio.Future[None] | None = None
         self.heard = False  # set in the loop thread once the call is over
+        # The loop's census of calls not heard of yet: this one is in it until then.
+        self.unheard = unheard
+        self.name = name
+        self.since = time.monotonic()
+        unheard.add(self)
 
 
 def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future[object]) -> None:
@@ -72,6 +85,7 @@ def _on_done(wakeup: _Wakeup, future: concurrent.futures.Future[object]) -> None
 
 def _wake(wakeup: _Wakeup) -> None:
     wakeup.heard = True
+    wakeup.unheard.discard(wakeup)
     waiter = wakeup.waiter
     if waiter is not None and not waiter.done():
         waiter.set_result(None)
@@ -82,10 +96,16 @@ class BlockingCall(Generic[_T]):
 
     __slots__ = ("_loop", "_future", "_wakeup")
 
-    def __init__(self, loop: LoopContract, future: concurrent.futures.Future[_T]) -> None:
+    def __init__(
+        self,
+        loop: LoopContract,
+        future: concurrent.futures.Future[_T],
+        unheard: set[_Wakeup],
+        name: str,
+    ) -> None:
         self._loop = loop
         self._future = future
-        self._wakeup = _Wakeup(loop)
+        self._wakeup = _Wakeup(loop, unheard, name)
         future.add_done_callback(functools.partial(_on_done, self._wakeup))
 
     async def finish(self) -> exceptions.CancelledError | None:
@@ -120,8 +140,11 @@ class OffloadMixin(LoopMixinBase):
 
     def _init_offload(self) -> None:
         self._offload_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._offload_unheard: set[_Wakeup] = set()
 
     def _close_offload(self) -> None:
+        # A call still running can no longer report: the census forgets it.
+        self._offload_unheard.clear()
         executor = self._offload_executor
         if executor is not None:
             self._offload_executor = None
@@ -136,4 +159,22 @@ class OffloadMixin(LoopMixinBase):
                 max_workers=1, thread_name_prefix="snakeloop-blocking"
             )
             self._offload_executor = executor
-        return BlockingCall(self, executor.submit(func, *args))
+        future = executor.submit(func, *args)
+        return BlockingCall(self, future, self._offload_unheard, callable_name(func))
+
+    def _offload_pending(self) -> list[Pending]:
+        """The worker's calls whose end the loop has not heard of yet."""
+        calls = sorted(self._offload_unheard, key=_since)
+        return [Pending("blocking", f"blocking call {call.name}", call.since) for call in calls]
+
+    def _offload_threads(self) -> set[threading.Thread]:
+        """The worker's thread, once started (it stays, idle, until the loop closes)."""
+        executor = self._offload_executor
+        if executor is None:
+            return set()
+        # ThreadPoolExecutor keeps its workers in _threads.
+        return set(getattr(executor, "_threads", ()))
+
+
+def _since(wakeup: _Wakeup) -> float:
+    return wakeup.since

@@ -19,18 +19,24 @@ OS facts this module relies on:
   thread of its exit watch, does that.
 * In a forked child, the parent's children are not children: they cannot be
   waited for, and must not be signalled or killed from there.
+
+``Children.pending()`` lists the spawns under way and the children whose
+exit has not reached the loop yet, for the loop's census of outside work
+(``snakeloop.pending``): each can still wake the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._process.exitwatch import ChildWatches
+from ._process.exitwatch import ChildWatch, ChildWatches
 from ._process.spawning import Spawn
+from .pending import Pending
 from .transports.subprocess import SubprocessTransport
 
 if TYPE_CHECKING:
@@ -47,6 +53,9 @@ __all__ = ["Children", "SubprocessTransport"]
 
 logger = logging.getLogger("asyncio")
 
+# How much of a command line a census label shows.
+_COMMAND_TEXT_MAX = 80
+
 _ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 
@@ -56,6 +65,23 @@ def _format_pipe(fd: object) -> str:
     if fd == subprocess.STDOUT:
         return "<stdout>"
     return repr(fd)
+
+
+def command_text(args: Any) -> str:
+    """A child's command line, shortened, for reports (``Popen.args``)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        text = os.fsdecode(args)
+    else:
+        try:
+            text = " ".join(
+                os.fsdecode(arg) if isinstance(arg, (str, bytes, os.PathLike)) else str(arg)
+                for arg in args
+            )
+        except TypeError:
+            text = str(args)
+    if len(text) > _COMMAND_TEXT_MAX:
+        text = text[: _COMMAND_TEXT_MAX - 3] + "..."
+    return text
 
 
 def _log_start(msg: str, stdin: object, stdout: object, stderr: object) -> None:
@@ -229,6 +255,7 @@ class Children:
                 bufsize=bufsize,
                 **kwargs,
             ),
+            command_text(args),
         )
         self._spawns.add(spawn)
         try:
@@ -265,6 +292,18 @@ class Children:
             raise
         return transport
 
+    def pending(self) -> list[Pending]:
+        """Spawns under way and children whose exit has not reached the loop yet."""
+        found = [
+            Pending("spawn", f"starting child process ({spawn.command})", spawn.since)
+            for spawn in sorted(self._spawns, key=_since)
+        ]
+        found += [
+            Pending("child", f"child process {watch.pid} ({command_text(watch.args)})", watch.since)
+            for watch in sorted(self._watches, key=_since)
+        ]
+        return found
+
     def close(self) -> None:
         """The loop is closing: let every child go, to be reaped unreported.
 
@@ -287,3 +326,7 @@ class Children:
         """
         self._spawns.clear()
         self._watches.forget_all()
+
+
+def _since(item: Spawn | ChildWatch) -> float:
+    return item.since

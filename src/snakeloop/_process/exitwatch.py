@@ -34,7 +34,8 @@ import logging
 import os
 import subprocess
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,12 +66,23 @@ class ChildWatch:
     nor tries to reap it again.
     """
 
-    __slots__ = ("pid", "_proc", "_loop", "_on_exit", "_lock", "_pidfd", "_reaped", "_detached")
+    __slots__ = (
+        "pid",
+        "since",
+        "_proc",
+        "_loop",
+        "_on_exit",
+        "_lock",
+        "_pidfd",
+        "_reaped",
+        "_detached",
+    )
 
     def __init__(
         self, loop: LoopContract, proc: subprocess.Popen[Any], on_exit: Callable[[int], object]
     ) -> None:
         self.pid = proc.pid
+        self.since = time.monotonic()
         self._proc = proc
         self._loop = loop
         self._on_exit: Callable[[int], object] | None = on_exit
@@ -158,6 +170,11 @@ class ChildWatch:
 
     # -- queries and signals -------------------------------------------------
 
+    @property
+    def args(self) -> Any:
+        """What the child was started with (``Popen.args``)."""
+        return self._proc.args
+
     def has_exited(self) -> bool:
         """True once the child has exited, whether or not it was reaped yet."""
         if self._reaped or self._proc.returncode is not None:
@@ -226,6 +243,10 @@ class ChildWatches:
         watch = ChildWatch(self._loop, proc, on_exit)
         self._by_pid[watch.pid] = watch
         return watch
+
+    def __iter__(self) -> Iterator[ChildWatch]:
+        """The watches of children whose exit has not been delivered yet."""
+        return iter(list(self._by_pid.values()))
 
     def unwatch(self, pid: int) -> None:
         """The exit of ``pid`` was delivered: stop keeping its watch."""

@@ -34,6 +34,7 @@ import asyncio
 import os
 import subprocess
 import threading
+import time
 from asyncio import exceptions
 from typing import TYPE_CHECKING, Any
 
@@ -75,10 +76,17 @@ class Spawn:
         "_taken",
         "_abandoned",
         "_waiter",
+        "command",
+        "since",
     )
 
-    def __init__(self, loop: LoopContract, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, loop: LoopContract, args: tuple[Any, ...], kwargs: dict[str, Any], command: str = ""
+    ) -> None:
         self._loop = loop
+        # For the loop's census of outside work (snakeloop.pending).
+        self.command = command
+        self.since = time.monotonic()
         # Dropped once Popen was called: the thread outlives the start.
         self._args: Any = args
         self._kwargs: Any = kwargs
