@@ -159,7 +159,7 @@ def _runs_on_snakeloop(node: Any) -> bool:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> Generator[None, None, None]:
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> Generator[None, Any, Any]:
     # pytest-asyncio asks for loop factories here, test by test, before the session's
     # items are known: the first test on snakeloop brings in the bridge.
     state = PluginState.of(metafunc.config)
@@ -177,7 +177,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator:
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
     state = PluginState.of(item.config)
     previous, state.current = state.current, item
     try:
@@ -187,7 +189,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Generator:
+def pytest_fixture_setup(
+    fixturedef: Any, request: pytest.FixtureRequest
+) -> Generator[None, Any, Any]:
     value = yield
     state = PluginState.of(request.config)
     if fixturedef.argname != "anyio_backend" or not state.in_use:
@@ -222,7 +226,7 @@ def _prepare(item: pytest.Item, loop: Any) -> None:
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_pyfunc_call")
-def pytest_pyfunc_call_on_its_loop(pyfuncitem: pytest.Function) -> Generator:
+def pytest_pyfunc_call_on_its_loop(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
     """Set up the loop pytest-asyncio or anyio will run the test on."""
     if not settings_of(pyfuncitem).enabled:
         return (yield)
@@ -251,7 +255,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator:
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
     # After the fixtures' teardown, as asyncio.run would: cancel what is left, close the loop.
     try:
         return (yield)
@@ -276,7 +282,7 @@ def _loop_report(exc: BaseException | None) -> str:
         if exc is None or id(exc) in seen:
             continue
         seen.add(id(exc))
-        if isinstance(exc, _REPORTING) and getattr(exc, "report", ""):
+        if isinstance(exc, _REPORTING) and exc.report:
             return str(exc.report)
         if isinstance(exc, BaseExceptionGroup):
             pending.extend(exc.exceptions)
@@ -285,7 +291,9 @@ def _loop_report(exc: BaseException | None) -> str:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if call.excinfo is not None:
         text = _loop_report(call.excinfo.value)
