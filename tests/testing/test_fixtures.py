@@ -9,6 +9,7 @@ from ._pluginkit import RUNNERS, run
 FIXTURES = """
 import asyncio
 import math
+import numbers
 
 import pytest
 
@@ -35,7 +36,9 @@ async def test_loop_time_reads_the_time_of_the_moment(loop_time):
     assert loop_time + 1 == 3.5 and 1 + loop_time == 3.5
     assert loop_time - 0.5 == 2.0 and 3 - loop_time == 0.5
     assert loop_time * 2 == 5 and loop_time / 2 == 1.25
-    assert loop_time == pytest.approx(2.5) and math.isclose(loop_time, 2.5)
+    assert not loop_time == 2 and not loop_time != 2.5 and not loop_time < 2.5
+    assert isinstance(loop_time, numbers.Real)
+    assert loop_time == pytest.approx(2.5000001) and math.isclose(loop_time, 2.5)
     assert f"{loop_time:.1f}" == "2.5"
     await asyncio.sleep(0.5)
     assert loop_time == 3
