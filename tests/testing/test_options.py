@@ -224,3 +224,36 @@ def test_unmarked_tests_beside_marked_ones_keep_the_stdlib_loop(pytester, runner
     result = run(pytester, MIXED, "-v", runner=runner)
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*test_inner.py::test_unmarked_first PASSED*"])
+
+
+STRICT = """
+import asyncio
+
+import pytest
+
+import snakeloop
+
+
+@pytest.mark.snakeloop
+async def test_only_snakeloop_marked_runs_on_the_plugin():
+    assert isinstance(asyncio.get_running_loop(), snakeloop.Loop)
+    await asyncio.sleep(60)
+    assert asyncio.get_running_loop().time() == 60
+
+
+@pytest.mark.asyncio
+@pytest.mark.snakeloop(start=5)
+async def test_both_marks_run_on_pytest_asyncio(request, loop_time):
+    assert isinstance(asyncio.get_running_loop(), snakeloop.Loop)
+    assert "_function_scoped_runner" in request.fixturenames
+    assert loop_time == 5
+
+
+@pytest.mark.asyncio
+async def test_asyncio_mark_alone_keeps_the_stdlib_loop():
+    assert type(asyncio.get_running_loop()).__module__.startswith("asyncio")
+"""
+
+
+def test_pytest_asyncio_strict_mode(pytester):
+    run(pytester, STRICT, "-p", "no:anyio", "-o", "asyncio_mode=strict").assert_outcomes(passed=3)

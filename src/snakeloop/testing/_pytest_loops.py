@@ -89,7 +89,10 @@ class PluginState:
         """Some test runs on snakeloop: hook into pytest-asyncio from now on."""
         self.in_use = True
         manager = self.config.pluginmanager
-        if self.bridge is None and manager.has_plugin("asyncio"):
+        # pytest-asyncio before 1.4 has no such hook: its tests keep its loop, and a
+        # snakeloop marker on one fails, saying so, when the test starts.
+        has_hook = hasattr(manager.hook, "pytest_asyncio_loop_factories")
+        if self.bridge is None and has_hook and manager.has_plugin("asyncio"):
             self.bridge = PytestAsyncioBridge(self)
             manager.register(self.bridge, "snakeloop-pytest-asyncio")
 

@@ -32,9 +32,10 @@ Fixtures: ``snakeloop_clock`` (the clock of the test's loop), ``loop_time``
 The tests run under pytest-asyncio (through its loop-factory hook), under
 anyio's plugin (through the ``anyio_backend`` value, for the asyncio
 backend), or, with neither, under this plugin, which runs each ``async def``
-test on a fresh loop.  When a test fails with ``DeadlockError``,
-``StallError`` or ``VirtualTimeoutError``, the report of what every task
-was waiting on follows the traceback in a section named ``snakeloop``.
+test on a fresh loop (async fixtures need one of the other two).  When a
+test fails with ``DeadlockError``, ``StallError`` or ``VirtualTimeoutError``,
+the report of what every task was waiting on follows the traceback in a
+section named ``snakeloop``.
 
 PYTEST_DONT_REWRITE: pytest need not rewrite this module's asserts (it has
 none), and must not warn when a session imports it before pytest does.
@@ -193,8 +194,10 @@ def pytest_fixture_setup(
     fixturedef: Any, request: pytest.FixtureRequest
 ) -> Generator[None, Any, Any]:
     value = yield
+    if fixturedef.argname != "anyio_backend":
+        return value
     state = PluginState.of(request.config)
-    if fixturedef.argname != "anyio_backend" or not state.in_use:
+    if not state.in_use:
         return value
     try:
         name, options = anyio_backend(value)
