@@ -4,6 +4,9 @@ The import graph runs one way: ``_core`` and ``_io`` are the bottom layers
 and import nothing else from snakeloop; feature modules never import
 ``loop``; only the entry points import ``runner``; there are no import
 cycles; and the package imports nothing but the standard library.
+``snakeloop.testing`` uses the loop as its users do, through the facade
+and the public modules of virtual time and reports; its pytest plugin
+modules alone import pytest.
 
 The loop's parts (transports, helpers, the loop's own mixins) use a loop
 through asyncio's public methods and the private members of
@@ -168,6 +171,48 @@ def non_stdlib_imports(source: str, path: str, package: str) -> list[str]:
     return found
 
 
+# snakeloop.testing: what it may import of snakeloop besides itself.
+TESTING = "snakeloop.testing"
+TESTING_MAY_IMPORT = frozenset(
+    {
+        "snakeloop",
+        "snakeloop.virtualclock",
+        "snakeloop.virtualtime",
+        "snakeloop.exceptions",
+        "snakeloop.insight",
+    }
+)
+
+
+def _is_pytest_plugin_module(module: str) -> bool:
+    """pytest loads these (the entry point and its helpers): they may import it."""
+    name = module.rpartition(".")[2]
+    return _in(module, TESTING) and (name == "pytest_plugin" or name.startswith("_pytest_"))
+
+
+def violations_of_the_testing_rule(source: str, path: str, module: str) -> list[str]:
+    """``path:line: name`` for each import a module of ``snakeloop.testing`` may not make.
+
+    The testing package builds loops as its users do, through the facade
+    and the public modules of virtual time and reports, so that it tests
+    what they get; only its pytest plugin modules import pytest, so that
+    ``import snakeloop.testing`` works without the test extras.
+    """
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    found = []
+    for line, name in _imported_modules(ast.parse(source, path), package):
+        top = name.partition(".")[0]
+        if top == "snakeloop":
+            allowed = _in(name, TESTING) or name in TESTING_MAY_IMPORT
+        elif top == "pytest":
+            allowed = _is_pytest_plugin_module(module)
+        else:
+            allowed = top in sys.stdlib_module_names or top in _TYPE_CHECKING_ONLY
+        if not allowed:
+            found.append(f"{path}:{line}: {name}")
+    return found
+
+
 def test_graph_was_read():
     assert "snakeloop._core.runloop" in GRAPH
     assert "snakeloop._core.handles" in GRAPH["snakeloop._core.runloop"]
@@ -190,8 +235,19 @@ def test_the_package_imports_only_the_standard_library():
     found = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         module = _module_name(path)
+        if _in(module, TESTING):
+            continue  # its own rule, below, which also admits pytest in the plugin
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         found += non_stdlib_imports(path.read_text(), _relative(path), package)
+    assert found == []
+
+
+def test_the_testing_package_uses_the_public_api_and_pytest_only_in_the_plugin():
+    found = []
+    for path in sorted((PACKAGE_DIR / "testing").rglob("*.py")):
+        source = path.read_text()
+        found += violations_of_the_testing_rule(source, _relative(path), _module_name(path))
+    assert "snakeloop.testing.pytest_plugin" in GRAPH
     assert found == []
 
 
@@ -478,6 +534,38 @@ def test_import_rule_reports_test_only_and_third_party_modules():
         "planted.py:4: tests._loopkit",
         "planted.py:6: aiohttp.web",
     ]
+
+
+_PLANTED_TESTING = """\
+import asyncio, pytest
+import snakeloop
+from snakeloop import loop, new_event_loop
+from snakeloop.virtualclock import VirtualClock
+from .. import runner
+from .._core import futures
+from . import _settings
+from ..exceptions import DeadlockError
+import anyio
+"""
+
+
+def test_testing_rule_reports_private_modules_third_parties_and_pytest_outside_the_plugin():
+    assert violations_of_the_testing_rule(
+        _PLANTED_TESTING, "testing/_helper.py", "snakeloop.testing._helper"
+    ) == [
+        "testing/_helper.py:1: pytest",
+        "testing/_helper.py:3: snakeloop.loop",
+        "testing/_helper.py:5: snakeloop.runner",
+        "testing/_helper.py:6: snakeloop._core",
+        "testing/_helper.py:6: snakeloop._core.futures",
+        "testing/_helper.py:9: anyio",
+    ]
+    for plugin in ("pytest_plugin", "_pytest_loops"):
+        found = violations_of_the_testing_rule(
+            _PLANTED_TESTING, f"testing/{plugin}.py", f"snakeloop.testing.{plugin}"
+        )
+        assert not any(hit.endswith(": pytest") for hit in found)
+        assert len(found) == 5
 
 
 def test_graph_rules_report_planted_edges():

@@ -1,0 +1,363 @@
+"""snakeloop's pytest plugin: async tests on snakeloop, with virtual time.
+
+Registered as the ``snakeloop`` pytest11 entry point; it does nothing for
+a test that uses none of what follows.
+
+Marker, on a test function, class or module (the closest value wins)::
+
+    @pytest.mark.snakeloop(virtual_time=True, start=None, end=None,
+                           autojump_threshold=0, external_time="frozen",
+                           stall_timeout=30, deadlock="raise")
+
+runs the test on a snakeloop loop whose ``VirtualClock`` jumps over
+sleeps and timeouts (``virtual_time=False``: real time).  ``start`` is the
+loop time a fresh loop starts at (0.0 by default); a loop shared with other
+tests keeps its time, which ``start`` may move forward but never back.
+``end``: the loop time at which the test fails with ``VirtualTimeoutError``.
+``deadlock``: ``"raise"`` fails a test in which no task can ever make
+progress with ``DeadlockError``; ``"log"`` logs it.  The keys ``seed``,
+``perturb``, ``seeds`` and ``metrics`` are reserved for features to come.
+looptime's ``@pytest.mark.looptime(start=, end=, idle_timeout=, ...)`` means
+the same (``idle_timeout`` is ``stall_timeout``) when looptime itself is not
+installed, and so does its ``--looptime`` option.
+
+Options [environment]: ``--snakeloop`` runs every asyncio test on snakeloop;
+``--snakeloop-virtual-time`` [``SNAKELOOP_VIRTUAL_TIME=1``] also gives them
+virtual time; ``--snakeloop-deadlock=raise|log`` [``SNAKELOOP_DEADLOCK``].
+
+Fixtures: ``snakeloop_clock`` (the clock of the test's loop), ``loop_time``
+(a number that reads ``loop.time()`` whenever it is compared or converted;
+``looptime`` is another name for it).
+
+The tests run under pytest-asyncio (through its loop-factory hook), under
+anyio's plugin (through the ``anyio_backend`` value, for the asyncio
+backend), or, with neither, under this plugin, which runs each ``async def``
+test on a fresh loop (async fixtures need one of the other two).  When a
+test fails with ``DeadlockError``, ``StallError`` or ``VirtualTimeoutError``,
+the report of what every task was waiting on follows the traceback in a
+section named ``snakeloop``.
+
+PYTEST_DONT_REWRITE: pytest need not rewrite this module's asserts (it has
+none), and must not warn when a session imports it before pytest does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from ..exceptions import DeadlockError, StallError, VirtualTimeoutError
+from ._looptime import LoopTime
+from ._pytest_loops import (
+    PLAIN_RUNNER,
+    PluginState,
+    anyio_backend,
+    anyio_loop,
+    is_anyio_test,
+    is_plain_async_test,
+    is_pytest_asyncio_test,
+    plain_runner,
+    runner_of_pytest_asyncio,
+    settings_of,
+)
+from ._settings import DEADLOCK_MODES, SessionDefaults, SettingsError, apply_to_shared_loop
+
+# looptime's marker, option and fixture are looptime's own when it is installed.
+_LOOPTIME_INSTALLED = importlib.util.find_spec("looptime") is not None
+
+_SNAKELOOP_MARKER = (
+    "snakeloop(virtual_time=True, start=None, end=None, autojump_threshold=0, "
+    "external_time='frozen', stall_timeout=30, deadlock='raise'): run the async test on a "
+    "snakeloop loop, with virtual time unless virtual_time=False"
+)
+_LOOPTIME_MARKER = (
+    "looptime(start=0, end=None, idle_timeout=30, ...): looptime's marker, run on snakeloop "
+    "with virtual time (idle_timeout is snakeloop's stall_timeout)"
+)
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("snakeloop", "snakeloop event loop")
+    group.addoption(
+        "--snakeloop",
+        action="store_true",
+        default=False,
+        help="run every asyncio test on a snakeloop loop",
+    )
+    group.addoption(
+        "--snakeloop-virtual-time",
+        action="store_true",
+        default=None,
+        help="run every asyncio test on snakeloop with virtual time "
+        "(environment: SNAKELOOP_VIRTUAL_TIME=1)",
+    )
+    group.addoption(
+        "--snakeloop-deadlock",
+        choices=("raise", "log"),
+        default=None,
+        help="when no task can ever make progress: fail the test with DeadlockError (raise, "
+        "the default) or log the report (environment: SNAKELOOP_DEADLOCK)",
+    )
+    if not _LOOPTIME_INSTALLED:
+        group.addoption(
+            "--looptime",
+            action="store_true",
+            default=False,
+            help="looptime's option: like --snakeloop-virtual-time",
+        )
+
+
+def _session_defaults(config: pytest.Config) -> SessionDefaults:
+    virtual = config.getoption("snakeloop_virtual_time")
+    if virtual is None:
+        raw = os.environ.get("SNAKELOOP_VIRTUAL_TIME", "")
+        if raw.strip().lower() not in _TRUE + _FALSE:
+            raise pytest.UsageError(
+                f"snakeloop: SNAKELOOP_VIRTUAL_TIME={raw!r} is neither 1 nor 0; set it to 1 to "
+                "run asyncio tests with virtual time, or unset it"
+            )
+        virtual = raw.strip().lower() in _TRUE
+    if not _LOOPTIME_INSTALLED and config.getoption("looptime"):
+        virtual = True
+    deadlock = config.getoption("snakeloop_deadlock")
+    if deadlock is None:
+        deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or "raise"
+        if deadlock not in DEADLOCK_MODES:
+            raise pytest.UsageError(
+                f"snakeloop: SNAKELOOP_DEADLOCK={deadlock!r} must be raise, log or ignore"
+            )
+    return SessionDefaults(
+        snakeloop=bool(config.getoption("snakeloop")) or virtual,
+        virtual_time=virtual,
+        deadlock=deadlock,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", _SNAKELOOP_MARKER)
+    state = PluginState(config, _session_defaults(config))
+    if not _LOOPTIME_INSTALLED:
+        config.addinivalue_line("markers", _LOOPTIME_MARKER)
+        state.marker_names += ("looptime",)
+    if state.in_use:
+        state.use()
+
+
+def _runs_on_snakeloop(node: Any) -> bool:
+    """During collection: a marker error counts as yes, and is raised once collection ends."""
+    try:
+        return settings_of(node).enabled
+    except pytest.UsageError:
+        return True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> Generator[None, Any, Any]:
+    # pytest-asyncio asks for loop factories here, test by test, before the session's
+    # items are known: the first test on snakeloop brings in the bridge.
+    state = PluginState.of(metafunc.config)
+    if state.bridge is None and _runs_on_snakeloop(metafunc.definition):
+        state.use()
+    return (yield)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Every marker is checked before any test runs: a wrong one stops the session.
+    state = PluginState.of(config)
+    for item in items:
+        if settings_of(item).enabled and not state.in_use:
+            state.use()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
+    state = PluginState.of(item.config)
+    previous, state.current = state.current, item
+    try:
+        return (yield)
+    finally:
+        state.current = previous
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: Any, request: pytest.FixtureRequest
+) -> Generator[None, Any, Any]:
+    value = yield
+    if fixturedef.argname != "anyio_backend":
+        return value
+    state = PluginState.of(request.config)
+    if not state.in_use:
+        return value
+    try:
+        name, options = anyio_backend(value)
+    except (TypeError, ValueError):
+        return value  # anyio says what is wrong with it
+    if name != "asyncio" or "loop_factory" in options:
+        return value
+    value = (name, {**options, "loop_factory": state.maker})
+    if fixturedef.cached_result is not None:
+        fixturedef.cached_result = (value, fixturedef.cached_result[1], None)
+    return value
+
+
+def _prepare(item: pytest.Item, loop: Any) -> None:
+    """Check that ``item``'s loop is snakeloop's, and set up a shared one for it."""
+    if not hasattr(loop, "get_clock"):
+        raise pytest.UsageError(
+            f"snakeloop: {item.nodeid} is marked to run on snakeloop but its loop is "
+            f"{type(loop).__module__}.{type(loop).__qualname__}, made by a loop factory given "
+            "elsewhere (anyio_backend options or a pytest_asyncio_loop_factories hook); "
+            "remove that factory or the snakeloop marker"
+        )
+    state = PluginState.of(item.config)
+    if state.made_for.get(loop) != item.nodeid:
+        try:
+            apply_to_shared_loop(loop, settings_of(item), item.nodeid)
+        except SettingsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_pyfunc_call")
+def pytest_pyfunc_call_on_its_loop(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
+    """Set up the loop pytest-asyncio or anyio will run the test on."""
+    if not settings_of(pyfuncitem).enabled:
+        return (yield)
+    if is_pytest_asyncio_test(pyfuncitem):
+        runner = runner_of_pytest_asyncio(pyfuncitem, pyfuncitem._request)
+        _prepare(pyfuncitem, runner.get_loop())
+    elif is_anyio_test(pyfuncitem):
+        # Holding anyio's runner makes the loop now, and the test runs on it.
+        with anyio_loop(pyfuncitem.config, pyfuncitem.funcargs["anyio_backend"]) as loop:
+            if loop is not None:
+                _prepare(pyfuncitem, loop)
+            return (yield)
+    return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` test on snakeloop when no other plugin does."""
+    if not settings_of(pyfuncitem).enabled or not is_plain_async_test(pyfuncitem):
+        return None
+    runner = plain_runner(pyfuncitem)
+    funcargs = pyfuncitem.funcargs
+    arguments = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    runner.run(pyfuncitem.obj(**arguments))
+    return True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
+    # After the fixtures' teardown, as asyncio.run would: cancel what is left, close the loop.
+    try:
+        return (yield)
+    finally:
+        runner = item.stash.get(PLAIN_RUNNER, None)
+        if runner is not None:
+            del item.stash[PLAIN_RUNNER]
+            runner.close()
+
+
+# ---------------------------------------------------------------- the report on failure
+
+_REPORTING = (DeadlockError, StallError, VirtualTimeoutError)
+
+
+def _loop_report(exc: BaseException | None) -> str:
+    """The ``.report`` of the first snakeloop error in ``exc``, its groups and its chain."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        exc = pending.pop(0)
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, _REPORTING) and exc.report:
+            return str(exc.report)
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        pending.extend((exc.__cause__, exc.__context__))
+    return ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.excinfo is not None:
+        text = _loop_report(call.excinfo.value)
+        if text:
+            report.sections.append(("snakeloop", text))
+    return report
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@contextmanager
+def _test_loop(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The loop the requesting test runs on, made now if need be, for the test's duration."""
+    item: Any = request.node
+    if not settings_of(item).enabled:
+        raise pytest.UsageError(
+            f"snakeloop: {item.nodeid} uses the {request.fixturename} fixture but does not "
+            "run on snakeloop; mark it @pytest.mark.snakeloop or run pytest with --snakeloop"
+        )
+    if is_pytest_asyncio_test(item):
+        yield runner_of_pytest_asyncio(item, request).get_loop()
+    elif is_anyio_test(item):
+        with anyio_loop(item.config, request.getfixturevalue("anyio_backend")) as loop:
+            if loop is None:
+                raise pytest.UsageError(
+                    f"snakeloop: {item.nodeid} runs on an anyio backend other than asyncio, "
+                    f"which has no snakeloop loop for the {request.fixturename} fixture"
+                )
+            yield loop
+    elif is_plain_async_test(item):
+        yield plain_runner(item).get_loop()
+    else:
+        raise pytest.UsageError(
+            f"snakeloop: the {request.fixturename} fixture needs an async test, and "
+            f"{item.nodeid} is not one"
+        )
+
+
+@pytest.fixture
+def snakeloop_clock(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The clock of the test's loop: a ``VirtualClock`` under virtual time."""
+    with _test_loop(request) as loop:
+        if not hasattr(loop, "get_clock"):
+            raise pytest.UsageError(
+                f"snakeloop: {request.node.nodeid} runs on a "
+                f"{type(loop).__module__}.{type(loop).__qualname__}, which has no clock"
+            )
+        yield loop.get_clock()
+
+
+@pytest.fixture
+def loop_time(request: pytest.FixtureRequest) -> Iterator[LoopTime]:
+    """The test loop's ``loop.time()``, read again at each comparison or conversion."""
+    with _test_loop(request) as loop:
+        yield LoopTime(loop.time)
+
+
+if not _LOOPTIME_INSTALLED:
+
+    @pytest.fixture(name="looptime")
+    def _looptime(loop_time: LoopTime) -> LoopTime:
+        """looptime's name for ``loop_time``."""
+        return loop_time
