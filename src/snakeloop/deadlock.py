@@ -30,7 +30,7 @@ from . import insight, pending
 from .exceptions import DeadlockError
 
 if TYPE_CHECKING:
-    from ._core.contract import LoopContract
+    from ._core.contract import LoopMixinBase
 
 __all__ = ["report_deadlock", "what_can_wake"]
 
@@ -60,7 +60,7 @@ def _python_signal_handlers() -> list[str]:
     return names
 
 
-def what_can_wake(loop: LoopContract, *, test_mode: bool) -> list[pending.Pending]:
+def what_can_wake(loop: LoopMixinBase, *, test_mode: bool) -> list[pending.Pending]:
     """What may still wake ``loop``, which has nothing ready and no timer; [] if nothing."""
     found: list[pending.Pending] = []
     if loop._has_signal_handlers():
@@ -77,7 +77,7 @@ def what_can_wake(loop: LoopContract, *, test_mode: bool) -> list[pending.Pendin
     return found
 
 
-def report_deadlock(loop: LoopContract, *, mode: str, virtual: bool) -> None:
+def report_deadlock(loop: LoopMixinBase, *, mode: str, virtual: bool) -> None:
     """Raise ``DeadlockError`` (``mode="raise"``) or log the report (``"log"``)."""
     if mode == "ignore":
         return

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
 
-    from ._core.contract import LoopContract
+    from ._core.contract import LoopMixinBase
 
 __all__ = ["VirtualTime", "autojump_paused", "external", "wait_all_tasks_blocked"]
 
@@ -71,7 +71,7 @@ class VirtualTime:
         "_stall_since",
     )
 
-    def __init__(self, loop: LoopContract, clock: Any, os_poll: Callable[[float | None], Any]):
+    def __init__(self, loop: LoopMixinBase, clock: Any, os_poll: Callable[[float | None], Any]):
         self._loop = loop
         self._clock = clock
         self._os_poll = os_poll
