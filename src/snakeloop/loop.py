@@ -575,6 +575,10 @@ class Loop(
             (fd, fileobj, fd in readers, fd in writers) for fd, fileobj in self._fileobjs.items()
         ]
 
+    def _transport_fds(self) -> list[int]:
+        owned = list(self._transports.items())
+        return [fd for fd, transport in owned if not transport.is_closing()]
+
     def _unfinished_work(self) -> list[Any]:
         return [*self._executors.pending(), *self._offload_pending(), *self._children.pending()]
 

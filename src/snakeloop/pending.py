@@ -315,26 +315,14 @@ def _watched_sockets(loop: Any) -> list[_Socket]:
 
 
 def _transport_sockets(loop: Any, watched: set[int]) -> list[_Socket]:
-    """Sockets of this loop's open transports that it does not watch (reading paused).
-
-    The loop has no list of its transports' fds; it answers, for one fd,
-    whether an open transport owns it (``_ensure_fd_no_transport``), so the
-    process's socket fds are asked one by one.
-    """
-    try:
-        fds = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return []
+    """Sockets of this loop's open transports that it does not watch (reading paused)."""
     found = []
-    for fd in fds:
-        if fd in watched or not _is_socket(fd):
+    for fd in loop._transport_fds():
+        if fd in watched:
             continue
-        try:
-            loop._ensure_fd_no_transport(fd)
-        except RuntimeError:
-            sock = _read_socket(fd, None, False, False)
-            if sock is not None:
-                found.append(sock)
+        sock = _read_socket(fd, None, False, False)
+        if sock is not None:
+            found.append(sock)
     return found
 
 

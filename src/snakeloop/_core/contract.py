@@ -242,6 +242,10 @@ class LoopContract(Protocol):
         (transports' included); not the waker, not internal fds."""
         ...
 
+    def _transport_fds(self) -> list[int]:
+        """The fds of the loop's open transports, watched or not (reading paused)."""
+        ...
+
     def _unfinished_work(self) -> list[Any]:
         """``pending.Pending`` entries for the loop's parts' unfinished jobs: executor
         and ``to_thread`` jobs, the worker thread's calls, children and spawns."""
