@@ -1,0 +1,43 @@
+"""The README's virtual-time example runs, as a user would run it, and passes in virtual time."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import time
+
+import pytest
+from testing._pluginkit import plugin_args
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+MARK = re.compile(r"<!-- readme-example: (\S+) .*?-->\n```python\n(.*?)```", re.S)
+
+
+def readme_examples() -> dict[str, str]:
+    return {name: code for name, code in MARK.findall(README.read_text())}
+
+
+def test_the_readme_has_the_virtual_time_example():
+    assert "test_idle_clients.py" in readme_examples()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [(), ("-p", "no:asyncio")],
+    ids=["under-pytest-asyncio", "on-the-plugins-own-runner"],
+)
+def test_the_virtual_time_example_passes_in_milliseconds(pytester, options):
+    source = readme_examples()["test_idle_clients.py"]
+    pytester.makepyfile(test_idle_clients=source)
+    ini = "[pytest]\nfilterwarnings = error\n"
+    if "no:asyncio" not in options:
+        ini += "asyncio_default_fixture_loop_scope = function\n"
+    pytester.makeini(ini)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        *plugin_args(), "-p", "no:cacheprovider", *options, "-q", timeout=60
+    )
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=1)
+    # 30 s of virtual silence; the run itself is an interpreter start and a test.
+    assert elapsed < 25
