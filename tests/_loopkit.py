@@ -90,15 +90,25 @@ def _py_task_factory(loop, coro, **kwargs):
 
 
 def new_loop(
-    kind: str, *, clock: FakeClock | None = None, stdlib_futures: bool = False
+    kind: str,
+    *,
+    clock: FakeClock | None = None,
+    stdlib_futures: bool = False,
+    on_deadlock: str | None = None,
 ) -> asyncio.AbstractEventLoop:
-    """Create a loop of the given kind ("snakeloop", "stdlib" or "stdlib-py")."""
+    """Create a loop of the given kind ("snakeloop", "stdlib" or "stdlib-py").
+
+    ``on_deadlock`` is snakeloop's: "raise" is test mode, which also keeps the
+    census of outside work (``snakeloop.pending``).
+    """
     if kind == "snakeloop":
         kwargs: dict[str, Any] = {}
         if clock is not None:
             kwargs["clock"] = clock
         if stdlib_futures:
             kwargs["stdlib_futures"] = True
+        if on_deadlock is not None:
+            kwargs["on_deadlock"] = on_deadlock
         return snakeloop_module().new_event_loop(**kwargs)
     if kind == "stdlib":
         loop = asyncio.SelectorEventLoop()

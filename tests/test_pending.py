@@ -34,8 +34,8 @@ GUARD = 10.0  # run()'s watchdog: never reached when things work
 
 @pytest.fixture(params=[False, True], ids=["snakeloop-futures", "stdlib-futures"])
 def sloop(request: pytest.FixtureRequest):
-    """A snakeloop Loop, with its own futures and tasks or with the C ones."""
-    loop = new_loop("snakeloop", stdlib_futures=request.param)
+    """A snakeloop Loop in test mode (which keeps the census), with either kind of task."""
+    loop = new_loop("snakeloop", stdlib_futures=request.param, on_deadlock="raise")
     errors: list[dict] = []
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
     yield loop
@@ -53,9 +53,27 @@ def release():
 
 @pytest.fixture
 def loop():
-    lp = new_loop("snakeloop")
+    lp = new_loop("snakeloop", on_deadlock="raise")
     yield lp
     close_loop(lp)
+
+
+def test_a_production_loop_keeps_no_census_of_executor_jobs(release):
+    """The census costs a few microseconds a job: only virtual time and test mode pay it."""
+    production = new_loop("snakeloop")
+    try:
+
+        async def main():
+            future = production.run_in_executor(None, release.wait)
+            # Unknown, the job's worker is not claimed as idle either.
+            seen = external_work(production, reply_window=WINDOW), production._worker_threads()
+            release.set()
+            await future
+            return seen
+
+        assert production.run_until_complete(main()) == ([], set())
+    finally:
+        close_loop(production)
 
 
 def work(loop, **kw) -> list[Pending]:

@@ -352,7 +352,7 @@ def test_production_loop_logs_a_deadlock_once_and_keeps_waiting(tmp_path):
             """
             import asyncio, logging, signal, snakeloop
             logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
-            signal.setitimer(signal.ITIMER_REAL, 0.5)  # SIGALRM's default action ends us
+            signal.setitimer(signal.ITIMER_REAL, 2.0)  # SIGALRM's default action ends us
 
             async def waiter(event):
                 await event.wait()

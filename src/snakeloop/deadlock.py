@@ -1,7 +1,7 @@
 """Telling a deadlock from a wait, and what the loop does about one.
 
 The loop asks only when it is about to block with no timer: the core's
-``poll(None)`` (through ``Loop._check_deadlock``) or the virtual-time
+``poll(None)`` (``Loop._poll_checking_for_deadlock``, after a grace period) or the virtual-time
 driver.  A loop is deadlocked when nothing can ever wake it: no signal
 handler, no executor job, child or outside peer, no other thread.
 

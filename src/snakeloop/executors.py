@@ -7,8 +7,9 @@ for ``shutdown_default_executor`` is kept as asyncio has it.  asyncio then
 joins the helper itself, blocking the loop thread for as long as the helper
 takes to end; snakeloop polls for its end from the loop instead.
 
-The loop also keeps a census of its unfinished jobs (``pending()``), read
-only while it is idle (virtual time, deadlock reports).  A job counts from
+In virtual time and test mode (``loop._watch_outside_work``) the loop
+also keeps a census of its unfinished jobs (``pending()``), read only while
+it is idle.  A job counts from
 its submission until its outcome has reached the loop's future, or, if that
 future was cancelled, until the job itself has ended: either way something
 outside the loop can still wake it.  The census holds the job's futures
@@ -153,15 +154,16 @@ class Executors:
             if executor is None:
                 executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
                 self._default = executor
-                self._used.add(executor)
-        else:
-            self._used.add(executor)
         source = executor.submit(func, *args)
         future = futures.wrap_future(source, loop=loop)
-        jobs = self._jobs
-        jobs.add(_Job(callable_name(func), source, future))
-        if len(jobs) > self._prune_at:
-            self._prune()
+        if loop._watch_outside_work:
+            # Virtual time and test mode only: the census costs a few
+            # microseconds a job, which production does not pay.
+            self._used.add(executor)
+            jobs = self._jobs
+            jobs.add(_Job(callable_name(func), source, future))
+            if len(jobs) > self._prune_at:
+                self._prune()
         return future
 
     def _prune(self) -> None:
@@ -183,8 +185,17 @@ class Executors:
         return found
 
     def worker_threads(self) -> set[threading.Thread]:
-        """The threads of the executors this loop gave work to (idle or not)."""
+        """The threads of the executors this loop gave work to (idle or not).
+
+        Only while the loop keeps the census (``_watch_outside_work``):
+        without it a worker's job is unknown, so its thread is not claimed
+        as idle.
+        """
         threads: set[threading.Thread] = set()
+        if not self._loop._watch_outside_work:
+            return threads
+        if self._default is not None:
+            self._used.add(self._default)
         for executor in list(self._used):
             # ThreadPoolExecutor keeps its workers in _threads;
             # ProcessPoolExecutor has one thread of its own, the manager.
@@ -199,7 +210,6 @@ class Executors:
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             raise TypeError("executor must be ThreadPoolExecutor instance")
         self._default = executor
-        self._used.add(executor)
 
     def close(self) -> None:
         """The loop is closing: refuse new work, let the threads end unwaited."""

@@ -96,6 +96,12 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
 _new_object = object.__new__
 
+# Real seconds a loop with no timer waits before asking whether anything can
+# still wake it: long enough that a job or reply under way usually arrives
+# first, so the question is rarely asked; shorter when a test waits for it.
+DEADLOCK_GRACE = 1.0
+DEADLOCK_GRACE_TEST = 0.1
+
 # Frames in these directories are not where a task was "created": the site
 # is the first caller outside asyncio and snakeloop.
 _LIBRARY_DIRS = (
@@ -161,6 +167,9 @@ class Loop(
     # task -> (filename, lineno) of the code that created it, in virtual time
     # and test mode only (see _record_task_sites); None otherwise.
     _task_sites: weakref.WeakKeyDictionary[Any, tuple[str, int]] | None = None
+    # Whether executors keep the census of their jobs (virtual time and test
+    # mode; see pending.py): a few microseconds a job that production skips.
+    _watch_outside_work = False
 
     def __init__(
         self,
@@ -390,10 +399,12 @@ class Loop(
         self._poll = self._io.poll
         if getattr(clock, "is_virtual", False):
             self._use_idle_driver()
-            self._on_block_forever = None
+            self._block_forever = None
         else:
-            self._on_block_forever = self._check_deadlock
-        self._record_task_sites(self._deadlock_mode() == "raise")
+            self._block_forever = self._poll_checking_for_deadlock
+        test_mode = self._deadlock_mode() == "raise"
+        self._watch_outside_work = test_mode or self._virtual_time is not None
+        self._record_task_sites(test_mode)
 
     def _record_task_sites(self, on: bool) -> None:
         """Remember where each task was created, for deadlock reports (tests only).
@@ -469,19 +480,28 @@ class Loop(
             return "raise" if getattr(self._clock, "is_virtual", False) else "log"
         return mode
 
-    def _check_deadlock(self) -> None:
-        """The core is about to block with no timer: is anything left to wake it?"""
+    def _poll_checking_for_deadlock(self) -> Any:
+        """The core's poll with no timer: after a quiet grace period, is anything left to wake it?
+
+        Waiting first keeps the check off the common path (a job's result,
+        a reply, arriving within the grace period), so a production loop
+        pays for it at most once per long wait.
+        """
         mode = self._deadlock_mode()
-        if mode == "ignore" or self._ready:
-            return
+        poll = self._poll
+        if mode == "ignore" or (self._deadlock_logged and mode == "log"):
+            return poll(None)
         test_mode = mode == "raise"
-        if not test_mode and (self._deadlock_logged or self._readers or self._writers):
-            return  # a production loop with fds: any of them may still bring an event
-        if what_can_wake(self, test_mode=test_mode):
-            return
-        if not test_mode:
-            self._deadlock_logged = True
-        report_deadlock(self, mode=mode, virtual=False)
+        events = poll(DEADLOCK_GRACE_TEST if test_mode else DEADLOCK_GRACE)
+        if events or self._ready:
+            return events
+        # A production loop watching fds: any of them may still bring an event.
+        if (test_mode or not (self._readers or self._writers)) and not what_can_wake(
+            self, test_mode=test_mode
+        ):
+            self._deadlock_logged = not test_mode
+            report_deadlock(self, mode=mode, virtual=False)
+        return poll(None)
 
     # -- futures and tasks -------------------------------------------------
 

@@ -263,6 +263,9 @@ class LoopContract(Protocol):
     _virtual_time: Any
     """The virtual-time driver (``virtualtime.VirtualTime``), or None."""
 
+    _watch_outside_work: bool
+    """Whether the parts keep the census of their unfinished jobs (virtual time, test mode)."""
+
     _task_sites: Any
     """task -> ``(filename, lineno)`` where it was created (virtual time and test mode), or None."""
 

@@ -164,7 +164,7 @@ class CoreLoop:
         "_writers",
         "_fileobjs",
         "_current_handle",
-        "_on_block_forever",
+        "_block_forever",
         "slow_callback_duration",
     )
 
@@ -201,10 +201,10 @@ class CoreLoop:
         # number.  Dispatch never reads this table.
         self._fileobjs = {}
         self._current_handle = None
-        # Called before a poll that would block with no timer (the loop's
-        # deadlock check), or None.  Only that branch reads it: a loop that
-        # is about to sleep has time for the test.
-        self._on_block_forever = None
+        # Called instead of a poll that would block with no timer, returning
+        # its events (the loop's deadlock check), or None.  Only that branch
+        # reads it: a loop about to sleep has time for one more test.
+        self._block_forever = None
         self.slow_callback_duration = 0.1
         io_backend.register(self._waker_fd, _READABLE)
 
@@ -461,10 +461,10 @@ class CoreLoop:
                 elif timeout < 0:
                     timeout = 0
                 events = self._poll(timeout)
-            else:
-                if self._on_block_forever is not None:
-                    self._on_block_forever()
+            elif self._block_forever is None:
                 events = self._poll(None)
+            else:
+                events = self._block_forever()
             if (
                 events
                 and len(events) == 1
