@@ -14,7 +14,7 @@ MARK = re.compile(r"<!-- readme-example: (\S+) .*?-->\n```python\n(.*?)```", re.
 
 
 def readme_examples() -> dict[str, str]:
-    return {name: code for name, code in MARK.findall(README.read_text())}
+    return dict(MARK.findall(README.read_text()))
 
 
 def test_the_readme_has_the_virtual_time_example():
