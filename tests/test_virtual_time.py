@@ -148,6 +148,73 @@ def test_timers_never_fire_early_and_time_never_goes_back():
         assert now - when < resolution
 
 
+@TASK_KINDS
+def test_tls_and_udp_over_loopback_in_virtual_time(stdlib_futures):
+    import ssl
+
+    certs = pytest.importorskip("test.test_asyncio.utils")
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(certs.SIGNED_CERTFILE)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(certs.SIGNING_CA)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        handled = asyncio.Event()
+
+        async def greet(reader, writer):
+            await asyncio.sleep(600)  # a slow server: ten virtual minutes
+            writer.write(b"hello " + await reader.readline())
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+            handled.set()
+
+        server = await asyncio.start_server(greet, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ctx, server_hostname="localhost"
+        )
+        writer.write(b"tls\n")
+        greeting = await asyncio.wait_for(reader.readline(), 601)
+        tls_at = loop.time()
+        writer.close()
+        await writer.wait_closed()
+        await handled.wait()
+        server.close()
+        await server.wait_closed()
+
+        received = loop.create_future()
+
+        class Echo(asyncio.DatagramProtocol):
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def datagram_received(self, data, addr):
+                loop.call_later(30, self.transport.sendto, data.upper(), addr)
+
+        class Client(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                received.set_result((data, loop.time()))
+
+        echo, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
+        client, _ = await loop.create_datagram_endpoint(
+            Client, remote_addr=echo.get_extra_info("sockname")
+        )
+        client.sendto(b"udp")
+        datagram = await asyncio.wait_for(received, 31)
+        client.close()
+        echo.close()
+        return greeting, tls_at, datagram
+
+    wall = time.monotonic()
+    greeting, tls_at, datagram = run_virtual(main, stdlib_futures=stdlib_futures)
+    assert greeting == b"hello tls\n"
+    assert tls_at == 600.0
+    assert datagram == (b"UDP", 630.0)
+    assert time.monotonic() - wall < 2.0
+
+
 # -- what holds the jump --------------------------------------------------------------
 
 
@@ -188,6 +255,56 @@ def test_a_child_process_holds_the_jump(stdlib_futures):
         return out[0], proc.returncode, loop.time()
 
     assert run_virtual(main, stdlib_futures=stdlib_futures) == (b"done\n", 0, 0.0)
+
+
+def _outside_server(reply_after: float):
+    """A TCP server in a plain thread: a peer outside the loop, answering after a real delay."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            request = conn.recv(100)
+            time.sleep(reply_after)
+            try:
+                conn.sendall(b"re: " + request)
+            except OSError:
+                pass  # the client gave up and closed first
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize(
+    ("reply_after", "expected"),
+    [(0.1, (b"re: ping\n", 0.0)), (0.6, ("timed out", 5.0))],
+    ids=["reply-within-the-window", "reply-after-the-window"],
+)
+def test_a_request_to_an_outside_peer_holds_time_for_the_reply_window(reply_after, expected):
+    listener, thread = _outside_server(reply_after)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection(*listener.getsockname())
+        writer.write(b"ping\n")
+        try:
+            outcome = await asyncio.wait_for(reader.readline(), 5.0), loop.time()
+        except TimeoutError:
+            # Past reply_window (0.25 s) the socket no longer holds time: the
+            # documented limit; external() or external_time="real" cover it.
+            outcome = "timed out", loop.time()
+        writer.close()
+        await writer.wait_closed()
+        return outcome
+
+    try:
+        assert run_virtual(main) == expected
+    finally:
+        thread.join()
+        listener.close()
 
 
 def test_external_block_holds_the_jump():
