@@ -43,6 +43,7 @@ from .exceptions import StallError, VirtualTimeoutError
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
+    from typing import Self
 
     from ._core.contract import LoopMixinBase
 
@@ -321,7 +322,50 @@ async def wait_all_tasks_blocked(cushion: float = 0.0) -> None:
         loop._release_idle_driver()
 
 
-class external:  # noqa: N801 - used like a function: ``with external("label"):``
+class _DriverBlock:
+    """A ``with`` or ``async with`` block that tells the running loop's driver it is open."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self) -> None:
+        self._driver: VirtualTime | None = None
+
+    def _open(self, driver: VirtualTime) -> None:
+        raise NotImplementedError
+
+    def _close(self, driver: VirtualTime) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        driver = getattr(events._get_running_loop(), "_virtual_time", None)
+        if driver is not None and driver.is_virtual:
+            self._driver = driver
+            self._open(driver)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            self._close(driver)
+
+    async def __aenter__(self) -> Self:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class external(_DriverBlock):  # noqa: N801 - used like a function: ``with external("label"):``
     """Hold virtual time while work the loop cannot see is under way.
 
     ``with external("billing API"):`` (or ``async with``) around code that
@@ -331,44 +375,21 @@ class external:  # noqa: N801 - used like a function: ``with external("label"):`
     virtual clock it does nothing.  Enter and leave it in the loop's thread.
     """
 
-    __slots__ = ("_label", "_driver", "_token")
+    __slots__ = ("_label", "_token")
 
     def __init__(self, label: str = "external work") -> None:
+        super().__init__()
         self._label = str(label)
-        self._driver: VirtualTime | None = None
         self._token = -1
 
-    def __enter__(self) -> external:
-        loop = events._get_running_loop()
-        driver = getattr(loop, "_virtual_time", None)
-        if driver is not None:
-            self._driver = driver
-            self._token = driver.open_mark(f"external() block {self._label!r}")
-        return self
+    def _open(self, driver: VirtualTime) -> None:
+        self._token = driver.open_mark(f"external() block {self._label!r}")
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        driver, self._driver = self._driver, None
-        if driver is not None:
-            driver.close_mark(self._token)
-
-    async def __aenter__(self) -> external:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+    def _close(self, driver: VirtualTime) -> None:
+        driver.close_mark(self._token)
 
 
-class autojump_paused:  # noqa: N801 - used like a function
+class autojump_paused(_DriverBlock):  # noqa: N801 - used like a function
     """Stop virtual time from jumping while the block is open.
 
     Meanwhile virtual time follows real time, so timers still come due, in
@@ -376,35 +397,10 @@ class autojump_paused:  # noqa: N801 - used like a function
     nothing.
     """
 
-    __slots__ = ("_driver",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._driver: VirtualTime | None = None
+    def _open(self, driver: VirtualTime) -> None:
+        driver.pause()
 
-    def __enter__(self) -> autojump_paused:
-        driver = getattr(events._get_running_loop(), "_virtual_time", None)
-        if driver is not None and driver.is_virtual:
-            self._driver = driver
-            driver.pause()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        driver, self._driver = self._driver, None
-        if driver is not None:
-            driver.resume()
-
-    async def __aenter__(self) -> autojump_paused:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+    def _close(self, driver: VirtualTime) -> None:
+        driver.resume()
