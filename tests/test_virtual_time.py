@@ -444,6 +444,35 @@ def test_a_deadlock_raises_with_the_await_chain(stdlib_futures):
     assert info.value.report in message
 
 
+def test_threads_older_than_the_loop_do_not_hide_a_deadlock():
+    # A pool left by an earlier test, or the runner's own threads: they cannot know this loop.
+    leftover_done = threading.Event()
+    leftover = threading.Thread(target=leftover_done.wait, name="leftover")
+    leftover.start()
+
+    async def main():
+        await asyncio.Event().wait()
+
+    try:
+        with pytest.raises(DeadlockError):
+            run_virtual(main)
+    finally:
+        leftover_done.set()
+        leftover.join()
+
+
+def test_a_thread_the_program_started_can_still_wake_it():
+    async def main():
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        # No timer, no job: only this thread, started by the program, can wake the loop.
+        threading.Timer(0.2, loop.call_soon_threadsafe, (woken.set,)).start()
+        await woken.wait()
+        return loop.time()
+
+    assert run_virtual(main) == 0.0
+
+
 def test_a_wait_for_a_signal_is_not_a_deadlock():
     async def main():
         loop = asyncio.get_running_loop()

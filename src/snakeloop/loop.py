@@ -170,6 +170,8 @@ class Loop(
     # Whether executors keep the census of their jobs (virtual time and test
     # mode; see pending.py): a few microseconds a job that production skips.
     _watch_outside_work = False
+    # The threads alive when the census began (test mode): see _older_threads.
+    _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
     def __init__(
         self,
@@ -404,6 +406,7 @@ class Loop(
             self._block_forever = self._poll_checking_for_deadlock
         test_mode = self._deadlock_mode() == "raise"
         self._watch_outside_work = test_mode or self._virtual_time is not None
+        self._threads_before = weakref.WeakSet(threading.enumerate()) if test_mode else None
         self._record_task_sites(test_mode)
 
     def _record_task_sites(self, on: bool) -> None:
@@ -604,6 +607,10 @@ class Loop(
 
     def _worker_threads(self) -> set[Any]:
         return self._executors.worker_threads() | self._offload_threads()
+
+    def _older_threads(self) -> set[Any]:
+        before = self._threads_before
+        return set(before) if before is not None else set()
 
     def _has_signal_handlers(self) -> bool:
         return self._signals.has_handlers()

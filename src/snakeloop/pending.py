@@ -428,18 +428,20 @@ def external_work(
 def wake_sources(loop: Any) -> list[Pending]:
     """Who else could still wake the loop once ``external_work()`` is empty.
 
-    Threads other than the calling one and the executor workers the loop
-    used (idle once it has no jobs), and watched sockets whose peer is
+    Threads other than the calling one, the executor workers the loop used
+    (idle once it has no jobs) and, in test mode, the threads that were
+    already running when the loop began its census (earlier tests' pools:
+    they cannot know this loop); and watched sockets whose peer is
     outside the loop (or still being connected to).  Listeners, pipes and
     other fds are left to the caller: whether anyone can still write to
     them is not known here.
     """
     current = threading.current_thread()
-    workers = loop._worker_threads()
+    known = loop._worker_threads() | loop._older_threads()
     found = [
         Pending("thread", f"thread {thread.name!r}", None)
         for thread in threading.enumerate()
-        if thread is not current and thread not in workers
+        if thread is not current and thread not in known
     ]
     watched = _watched_sockets(loop)
     peers = _Peers(loop, watched)

@@ -256,6 +256,11 @@ class LoopContract(Protocol):
         ``_unfinished_work()`` lists nothing of theirs."""
         ...
 
+    def _older_threads(self) -> set[Any]:
+        """In test mode, the threads that were running before the loop began its census:
+        left over from earlier tests or the test runner, they cannot know this loop."""
+        ...
+
     def _has_signal_handlers(self) -> bool:
         """Whether ``add_signal_handler`` has a handler installed."""
         ...
