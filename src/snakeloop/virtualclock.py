@@ -174,9 +174,19 @@ class VirtualClock:
         self._real_base = now_real
 
     def _jump_to(self, when: float) -> None:
-        """Move to the tick nearest ``when``, if that is later: where a timer is due."""
+        """Move to the tick nearest ``when``, where a timer is due; always forward.
+
+        A deadline built by float sums (``0.001 + 0.05`` is
+        ``0.051000000000000004``) lies a hair after its tick.  Reading the
+        tick is what keeps ten ``sleep(0.1)`` at exactly 1.0; but when that
+        tick is the current one, the jump moves one tick on instead, or code
+        that re-arms a timer until ``loop.time() >= deadline`` (anyio's
+        cancel scopes) would find time standing still for ever.
+        """
         self._settle()
         target = self._to_ticks(when)
+        if target <= self._ticks and when > self._ticks / self._ticks_per_second:
+            target = self._ticks + 1
         if target > self._ticks:
             self._ticks = target
 

@@ -186,3 +186,19 @@ def test_without_autojump_or_rate_time_stalls_with_the_reason():
 
     with pytest.raises(snakeloop.StallError, match="autojump=False and rate=0"):
         snakeloop.run(main(), clock=VirtualClock(autojump=False, stall_timeout=0.1))
+
+
+def test_a_deadline_between_ticks_is_reached():
+    """A timer re-armed until loop.time() >= deadline ends: time moves a tick, never stands."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.001)
+        deadline = loop.time() + 0.05  # 0.051000000000000004: just after the 0.051 tick
+        while loop.time() < deadline:
+            await asyncio.sleep(deadline - loop.time())
+        return loop.time(), deadline
+
+    now, deadline = snakeloop.run(main(), clock=VirtualClock())
+    assert deadline < now <= deadline + 1e-6
+    assert now == 0.051001
