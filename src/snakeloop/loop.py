@@ -484,7 +484,7 @@ class Loop(
         return mode
 
     def _poll_checking_for_deadlock(self) -> Any:
-        """The core's poll with no timer: after a quiet grace period, is anything left to wake it?
+        """The core's poll with no timer and no fd: after a grace period, can anything wake it?
 
         Waiting first keeps the check off the common path (a job's result,
         a reply, arriving within the grace period), so a production loop
@@ -498,10 +498,7 @@ class Loop(
         events = poll(DEADLOCK_GRACE_TEST if test_mode else DEADLOCK_GRACE)
         if events or self._ready:
             return events
-        # A production loop watching fds: any of them may still bring an event.
-        if (test_mode or not (self._readers or self._writers)) and not what_can_wake(
-            self, test_mode=test_mode
-        ):
+        if not what_can_wake(self, test_mode=test_mode):
             self._deadlock_logged = not test_mode
             report_deadlock(self, mode=mode, virtual=False)
         return poll(None)

@@ -201,9 +201,10 @@ class CoreLoop:
         # number.  Dispatch never reads this table.
         self._fileobjs = {}
         self._current_handle = None
-        # Called instead of a poll that would block with no timer, returning
-        # its events (the loop's deadlock check), or None.  Only that branch
-        # reads it: a loop about to sleep has time for one more test.
+        # Called instead of a poll that would block with no timer and no fd
+        # watched, returning its events (the loop's deadlock check), or None.
+        # Only that branch reads it, after the fd tables: a server waiting
+        # for its next request pays one truth test of its reader table.
         self._block_forever = None
         self.slow_callback_duration = 0.1
         io_backend.register(self._waker_fd, _READABLE)
@@ -461,9 +462,10 @@ class CoreLoop:
                 elif timeout < 0:
                     timeout = 0
                 events = self._poll(timeout)
-            elif self._block_forever is None:
+            elif readers or writers or self._block_forever is None:
                 events = self._poll(None)
             else:
+                # Nothing watched and no timer: the loop's deadlock check.
                 events = self._block_forever()
             if (
                 events
