@@ -25,7 +25,7 @@ XFAIL_BETWEEN_TICKS = pytest.mark.xfail(
 )
 
 
-def run_with_watchdog(loop, coro, seconds=1.0):
+def run_with_watchdog(loop, coro, seconds=0.5):
     """``loop.run_until_complete(coro)``; the loop is stopped after ``seconds`` of real time.
 
     Returns ("done", result) or ("stopped", None): a livelocked loop still runs its
