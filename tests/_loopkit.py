@@ -92,12 +92,13 @@ def _py_task_factory(loop, coro, **kwargs):
 def new_loop(
     kind: str,
     *,
-    clock: FakeClock | None = None,
+    clock: Any = None,
     stdlib_futures: bool = False,
     on_deadlock: str | None = None,
 ) -> asyncio.AbstractEventLoop:
     """Create a loop of the given kind ("snakeloop", "stdlib" or "stdlib-py").
 
+    ``clock``: a :class:`FakeClock` (any kind), or a ``snakeloop.VirtualClock`` (snakeloop only).
     ``on_deadlock`` is snakeloop's: "raise" is test mode, which also keeps the
     census of outside work (``snakeloop.pending``).
     """
@@ -122,6 +123,12 @@ def new_loop(
         loop.time = clock.monotonic  # type: ignore[method-assign]
         loop._clock_resolution = clock.resolution
     return loop
+
+
+def is_virtual(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` runs on virtual time (a snakeloop loop with a ``VirtualClock``)."""
+    get_clock = getattr(loop, "get_clock", None)
+    return get_clock is not None and getattr(get_clock(), "is_virtual", False)
 
 
 def future_class(kind: str):

@@ -44,6 +44,7 @@ from _loopkit import (  # noqa: E402
     new_fds,
     new_loop,
     open_fds,
+    snakeloop_module,
 )
 
 pytest_plugins = ["_time_limits", "pytester"]
@@ -273,6 +274,15 @@ def loop(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def virtual_loop(request: pytest.FixtureRequest):
+    """A snakeloop loop on a ``VirtualClock`` (time starts at 0.0) whose exception handler must
+    stay unused: sleeps and timeouts take no real time, and end at exact loop times."""
+    lp, recorder = _make_loop_fixture(request, "snakeloop", clock=snakeloop_module().VirtualClock())
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
+@pytest.fixture
 def stdlib_loop(request: pytest.FixtureRequest):
     """A stdlib loop checked like :func:`loop`, for tests that need both at once."""
     lp, recorder = _make_loop_fixture(request, "stdlib")
@@ -289,6 +299,19 @@ def loop_kind(request: pytest.FixtureRequest) -> str:
 def any_loop(request: pytest.FixtureRequest, loop_kind: str):
     """Parametrised over snakeloop and the stdlib loop (real clock)."""
     lp, recorder = _make_loop_fixture(request, loop_kind)
+    yield lp
+    _finish_loop(request, lp, recorder)
+
+
+@pytest.fixture
+def any_loop_vt(request: pytest.FixtureRequest, loop_kind: str):
+    """Like :func:`any_loop`, but snakeloop's loop runs on a ``VirtualClock``.
+
+    The stdlib loop has no virtual clock and keeps the real one, so a test asserts exact
+    loop times where :func:`is_virtual` says so and real-time bounds otherwise.
+    """
+    clock = snakeloop_module().VirtualClock() if loop_kind == "snakeloop" else None
+    lp, recorder = _make_loop_fixture(request, loop_kind, clock=clock)
     yield lp
     _finish_loop(request, lp, recorder)
 

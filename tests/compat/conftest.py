@@ -46,13 +46,23 @@ def run_anyio(loop: asyncio.AbstractEventLoop, fn: Callable[..., Awaitable[T]], 
     return anyio.run(guarded, backend="asyncio", backend_options={"loop_factory": lambda: loop})
 
 
-@pytest.fixture(params=["plain", "blockbuster"])
-def anyio_run(request: pytest.FixtureRequest, any_loop: asyncio.AbstractEventLoop):
-    """``anyio_run(fn, *args)``: :func:`run_anyio` on ``any_loop``, maybe under blockbuster."""
+def _anyio_runner(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop):
     guard = blocking_calls_forbidden if request.param == "blockbuster" else contextlib.nullcontext
 
     def run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         with guard():
-            return run_anyio(any_loop, fn, *args)
+            return run_anyio(loop, fn, *args)
 
     return run
+
+
+@pytest.fixture(params=["plain", "blockbuster"])
+def anyio_run(request: pytest.FixtureRequest, any_loop: asyncio.AbstractEventLoop):
+    """``anyio_run(fn, *args)``: :func:`run_anyio` on ``any_loop``, maybe under blockbuster."""
+    return _anyio_runner(request, any_loop)
+
+
+@pytest.fixture(params=["plain", "blockbuster"])
+def anyio_run_vt(request: pytest.FixtureRequest, any_loop_vt: asyncio.AbstractEventLoop):
+    """:func:`anyio_run` on ``any_loop_vt``: snakeloop's loop has virtual time."""
+    return _anyio_runner(request, any_loop_vt)

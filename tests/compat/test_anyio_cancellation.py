@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import anyio
 import pytest
+from _loopkit import is_virtual
 from anyio.lowlevel import checkpoint
 
 
@@ -329,7 +330,9 @@ def test_lock_handoff_racing_a_cancel_scope(anyio_run, order):
     anyio_run(main)
 
 
-def test_semaphore_and_capacity_limiter_under_cancellation(anyio_run):
+# The scope's deadline, 0.004 + 0.05, lies between two virtual ticks
+# (tests/test_virtual_deadlines.py).
+def test_semaphore_and_capacity_limiter_under_cancellation(anyio_run_vt):
     async def main():
         semaphore = anyio.Semaphore(2)
         limiter = anyio.CapacityLimiter(2)
@@ -361,20 +364,25 @@ def test_semaphore_and_capacity_limiter_under_cancellation(anyio_run):
         assert semaphore.value == 2 and semaphore.statistics().tasks_waiting == 0
         assert limiter.borrowed_tokens == 0 and limiter.statistics().tasks_waiting == 0
 
-    anyio_run(main)
+    anyio_run_vt(main)
 
 
 # -- cancel scopes and timeouts -------------------------------------------------------
 
 
-def test_move_on_after_and_fail_after(anyio_run):
+# 0.07 + 0.02 lies between two virtual ticks (tests/test_virtual_deadlines.py).
+def test_move_on_after_and_fail_after(anyio_run_vt):
     async def main():
+        virtual = is_virtual(asyncio.get_running_loop())
         start = anyio.current_time()
         with anyio.move_on_after(0.05) as scope:
             await anyio.sleep(10)
         elapsed = anyio.current_time() - start
         assert scope.cancelled_caught and scope.cancel_called
-        assert 0.05 <= elapsed < 5, elapsed
+        if virtual:
+            assert elapsed == 0.05
+        else:
+            assert 0.05 <= elapsed < 5, elapsed
 
         with pytest.raises(TimeoutError):
             with anyio.fail_after(0.02):
@@ -399,11 +407,12 @@ def test_move_on_after_and_fail_after(anyio_run):
             await anyio.sleep(0.001)
         assert not scope.cancel_called
 
-    anyio_run(main)
+    anyio_run_vt(main)
 
 
-def test_shielded_scope_and_task_group_cancellation(anyio_run):
+def test_shielded_scope_and_task_group_cancellation(anyio_run_vt):
     async def main():
+        virtual = is_virtual(asyncio.get_running_loop())
         steps = []
         start = anyio.current_time()
         with anyio.move_on_after(0.02) as outer:
@@ -415,7 +424,10 @@ def test_shielded_scope_and_task_group_cancellation(anyio_run):
             steps.append("never")
         assert steps == ["shielded sleep done", "after the shield"]
         assert outer.cancelled_caught
-        assert anyio.current_time() - start >= 0.1
+        if virtual:
+            assert (start, anyio.current_time()) == (0.0, 0.1)
+        else:
+            assert anyio.current_time() - start >= 0.1
 
         cancelled = []
 
@@ -446,4 +458,4 @@ def test_shielded_scope_and_task_group_cancellation(anyio_run):
         assert [repr(exc) for exc in caught.value.exceptions] == ["ValueError('child failed')"]
         assert "sibling" in cancelled
 
-    anyio_run(main)
+    anyio_run_vt(main)

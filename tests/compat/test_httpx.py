@@ -11,6 +11,7 @@ import asyncio
 
 import httpx
 import pytest
+from _loopkit import is_virtual
 
 from ._support import (
     CERT_HOSTNAME,
@@ -107,16 +108,25 @@ def test_connection_pooling(any_loop):
     run(any_loop, main())
 
 
-def test_timeouts(any_loop):
+def test_timeouts(any_loop_vt):
+    loop = any_loop_vt
+
     async def main():
         async with serve() as srv, httpx.AsyncClient(base_url=srv.base) as client:
+            start = loop.time()
             with pytest.raises(httpx.ReadTimeout):
                 await client.get("/hold", timeout=httpx.Timeout(5, read=0.2))
+            took = loop.time() - start
             srv.app[RELEASE].set()
             resp = await client.get("/hold", timeout=5)
             assert resp.text == "released"
+            return took
 
-    run(any_loop, main())
+    took = run(loop, main())
+    if is_virtual(loop):
+        assert took == 0.2
+    else:
+        assert 0.2 <= took < 5
 
 
 def test_unix_socket(any_loop, tmp_path):

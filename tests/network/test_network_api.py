@@ -16,7 +16,7 @@ import os
 import socket
 
 import pytest
-from _loopkit import assert_same, mask_addresses, run_within, stdlib_xfail
+from _loopkit import assert_same, is_virtual, mask_addresses, run_within, stdlib_xfail
 
 GUARD = 15.0  # a hang guard, never a timing assertion
 
@@ -112,47 +112,65 @@ class Accepted(asyncio.Protocol):
         transport.close()
 
 
-@pytest.fixture
-def short_retry(monkeypatch):
-    monkeypatch.setattr(asyncio.constants, "ACCEPT_RETRY_DELAY", 0.05)
+def retry_delay(loop, monkeypatch):
+    """asyncio's ACCEPT_RETRY_DELAY (1 s) on virtual time; a short one on the real clock."""
+    if not is_virtual(loop):
+        monkeypatch.setattr(asyncio.constants, "ACCEPT_RETRY_DELAY", 0.05)
+    return asyncio.constants.ACCEPT_RETRY_DELAY
 
 
 @stdlib_xfail(reason="asyncio reports every failed accept() (python/cpython#151615)")
-def test_accept_pauses_once_then_resumes(any_loop, loop_errors, short_retry):
+def test_accept_pauses_once_then_resumes(any_loop_vt, loop_errors, monkeypatch):
+    loop = any_loop_vt
+    delay = retry_delay(loop, monkeypatch)
+
     async def main():
-        made = any_loop.create_future()
+        made = loop.create_future()
         with StarvedSocket() as sock, socket.socket() as client:
             sock.bind(("127.0.0.1", 0))
             sock.starved = 3
-            server = await any_loop.create_server(lambda: Accepted(made), sock=sock)
+            server = await loop.create_server(lambda: Accepted(made), sock=sock)
             client.setblocking(False)
-            await any_loop.sock_connect(client, sock.getsockname())
+            start = loop.time()
+            await loop.sock_connect(client, sock.getsockname())
             await made  # accepted once the retry found fds again
+            took = loop.time() - start
             server.close()
             await server.wait_closed()
+            return took
 
-    run(any_loop, main())
+    took = run(loop, main())
     assert loop_errors.messages() == ["socket.accept() out of system resource"]
+    # Each failed accept() pauses the listener for the delay; only the first is reported.
+    if is_virtual(loop):
+        assert took == 3 * delay
+    else:
+        assert took >= 3 * delay
 
 
 @stdlib_xfail(reason="asyncio reports every failed accept() (python/cpython#151615)")
-def test_close_while_accepting_is_paused(any_loop, loop_errors, short_retry):
+def test_close_while_accepting_is_paused(any_loop_vt, loop_errors, monkeypatch):
+    loop = any_loop_vt
+    delay = retry_delay(loop, monkeypatch)
+
     async def main():
         with StarvedSocket() as sock, socket.socket() as client:
             sock.bind(("127.0.0.1", 0))
             sock.starved = 1_000_000
-            server = await any_loop.create_server(asyncio.Protocol, sock=sock)
+            server = await loop.create_server(asyncio.Protocol, sock=sock)
             client.setblocking(False)
-            await any_loop.sock_connect(client, sock.getsockname())
+            await loop.sock_connect(client, sock.getsockname())
             while not loop_errors:
                 await asyncio.sleep(0.01)
             server.close()
             await server.wait_closed()
             # Past the retry delay: the closed listener stays closed.
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(4 * delay)
+            return sock.starved
 
-    run(any_loop, main())
+    starved = run(loop, main())
     assert loop_errors.messages() == ["socket.accept() out of system resource"]
+    assert starved == 1_000_000 - 1  # no accept() after the close
 
 
 def test_start_serving_a_closed_server():
