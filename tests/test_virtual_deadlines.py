@@ -16,7 +16,6 @@ import asyncio
 import threading
 
 import anyio
-import pytest
 
 
 def run_with_watchdog(loop, coro, seconds=0.5):
