@@ -36,8 +36,6 @@ __all__ = ["report_deadlock", "what_can_wake"]
 
 logger = logging.getLogger("snakeloop")
 
-MODES = ("raise", "log", "ignore")
-
 
 def _python_signal_handlers() -> list[str]:
     """Signals with a Python handler that could wake the loop (not the defaults).

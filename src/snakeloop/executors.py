@@ -33,10 +33,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.futures import _set_result_unless_cancelled
-from .pending import Pending
 
 if TYPE_CHECKING:
     from ._core.contract import LoopMixinBase
+    from .pending import Pending
 
 __all__ = ["Executors"]
 
@@ -173,6 +173,8 @@ class Executors:
 
     def pending(self) -> list[Pending]:
         """This loop's unfinished jobs, on any executor, and the shutdown's joining thread."""
+        from .pending import Pending  # the census: loaded when asked for
+
         self._prune()
         found = [
             Pending("executor", f"executor job {job.name}", job.since)

@@ -54,8 +54,6 @@ from .asyncgens import AsyncGenMixin
 from .clock import Clock, MonotonicClock
 from .connecting import ConnectingMixin
 from .datagrams import DatagramMixin
-from .deadlock import MODES as DEADLOCK_MODES
-from .deadlock import report_deadlock, what_can_wake
 from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
@@ -69,7 +67,6 @@ from .sockets import SocketMixin
 from .subprocess import Children
 from .tls import TLSMixin
 from .transports.recvbuffer import RECV_BUFFER_SIZE
-from .virtualtime import VirtualTime
 
 if TYPE_CHECKING:
     # typeshed's own names for the types of asyncio's loop methods, so that
@@ -80,6 +77,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
     from ._io import IOBackend
+    from .virtualtime import VirtualTime
 
 __all__ = ["Loop"]
 
@@ -95,6 +93,13 @@ logger = logging.getLogger("asyncio")
 _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
 _new_object = object.__new__
+
+# What Loop(on_deadlock=...) takes (see snakeloop.deadlock).
+DEADLOCK_MODES = ("raise", "log", "ignore")
+
+# Virtual time, the census and the reports (virtualtime, deadlock, pending,
+# insight) are imported when first needed: a production loop never needs
+# them, and they would add a fifth to snakeloop's import time.
 
 # Real seconds a loop with no timer waits before asking whether anything can
 # still wake it: long enough that a job or reply under way usually arrives
@@ -467,6 +472,8 @@ class Loop(
     def _use_idle_driver(self) -> VirtualTime:
         driver = self._virtual_time
         if driver is None:
+            from .virtualtime import VirtualTime
+
             driver = self._virtual_time = VirtualTime(self, self._clock, self._io.poll)
             self._poll = driver.poll
         return driver
@@ -498,6 +505,8 @@ class Loop(
         events = poll(DEADLOCK_GRACE_TEST if test_mode else DEADLOCK_GRACE)
         if events or self._ready:
             return events
+        from .deadlock import report_deadlock, what_can_wake
+
         if not what_can_wake(self, test_mode=test_mode):
             self._deadlock_logged = not test_mode
             report_deadlock(self, mode=mode, virtual=False)

@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._core.contract import LoopMixinBase
 from .executors import callable_name
-from .pending import Pending
 
 if TYPE_CHECKING:
     import asyncio
     from typing import TypeVarTuple, Unpack
 
     from ._core.contract import LoopContract
+    from .pending import Pending
 
     _Ts = TypeVarTuple("_Ts")
 
@@ -164,6 +164,8 @@ class OffloadMixin(LoopMixinBase):
 
     def _offload_pending(self) -> list[Pending]:
         """The worker's calls whose end the loop has not heard of yet."""
+        from .pending import Pending  # the census: loaded when asked for
+
         calls = sorted(self._offload_unheard, key=_since)
         return [Pending("blocking", f"blocking call {call.name}", call.since) for call in calls]
 

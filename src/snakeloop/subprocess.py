@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._process.exitwatch import ChildWatch, ChildWatches
 from ._process.spawning import Spawn
-from .pending import Pending
 from .transports.subprocess import SubprocessTransport
 
 if TYPE_CHECKING:
     from typing import IO
 
     from ._core.contract import LoopContract
+    from .pending import Pending
 
     # What a child's stdin, stdout or stderr may be, as subprocess_exec takes it.
     _Pipe = int | IO[Any] | None
@@ -294,6 +294,8 @@ class Children:
 
     def pending(self) -> list[Pending]:
         """Spawns under way and children whose exit has not reached the loop yet."""
+        from .pending import Pending  # the census: loaded when asked for
+
         found = [
             Pending("spawn", f"starting child process ({spawn.command})", spawn.since)
             for spawn in sorted(self._spawns, key=_since)
