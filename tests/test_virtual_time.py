@@ -8,6 +8,7 @@ machine); virtual-time bounds are exact.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -444,7 +445,7 @@ def test_a_deadlock_raises_with_the_await_chain(stdlib_futures):
     assert info.value.report in message
 
 
-def test_threads_older_than_the_loop_do_not_hide_a_deadlock():
+def test_threads_older_than_the_loop_do_not_hide_a_deadlock(asyncio_errors):
     # A pool left by an earlier test, or the runner's own threads: they cannot know this loop.
     leftover_done = threading.Event()
     leftover = threading.Thread(target=leftover_done.wait, name="leftover")
@@ -456,9 +457,30 @@ def test_threads_older_than_the_loop_do_not_hide_a_deadlock():
     try:
         with pytest.raises(DeadlockError):
             run_virtual(main)
+        # on_deadlock="log" still ignores them: the loop logs and waits, and is not stalled.
+        loop = snakeloop.new_event_loop(clock=VirtualClock(stall_timeout=0.2), on_deadlock="log")
+        try:
+            rescued = loop.create_future()
+            handler = _OnLog(lambda: loop.call_soon_threadsafe(rescued.set_result, "logged"))
+            logging.getLogger("snakeloop").addHandler(handler)
+            try:
+                assert loop.run_until_complete(rescued) == "logged"
+            finally:
+                logging.getLogger("snakeloop").removeHandler(handler)
+        finally:
+            loop.close()
     finally:
         leftover_done.set()
         leftover.join()
+
+
+class _OnLog(logging.Handler):
+    def __init__(self, action):
+        super().__init__(logging.ERROR)
+        self.action = action
+
+    def emit(self, record):
+        self.action()
 
 
 def test_a_thread_the_program_started_can_still_wake_it():

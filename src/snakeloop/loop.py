@@ -411,7 +411,9 @@ class Loop(
             self._block_forever = self._poll_checking_for_deadlock
         test_mode = self._deadlock_mode() == "raise"
         self._watch_outside_work = test_mode or self._virtual_time is not None
-        self._threads_before = weakref.WeakSet(threading.enumerate()) if test_mode else None
+        self._threads_before = (
+            weakref.WeakSet(threading.enumerate()) if self._watch_outside_work else None
+        )
         self._record_task_sites(test_mode)
 
     def _record_task_sites(self, on: bool) -> None:

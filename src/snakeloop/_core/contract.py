@@ -257,7 +257,7 @@ class LoopContract(Protocol):
         ...
 
     def _older_threads(self) -> set[Any]:
-        """In test mode, the threads that were running before the loop began its census:
+        """In virtual time and test mode, the threads running before the loop began its census:
         left over from earlier tests or the test runner, they cannot know this loop."""
         ...
 
