@@ -40,7 +40,7 @@ from asyncio import tasks as aio_tasks
 # very function among its callbacks (anyio takes it as the root task, whose
 # end stops its worker threads and processes).
 from asyncio.base_events import _run_until_complete_cb  # type: ignore[attr-defined]
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import Context
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
@@ -175,6 +175,9 @@ class Loop(
     # Whether executors keep the census of their jobs (virtual time and test
     # mode; see pending.py): a few microseconds a job that production skips.
     _watch_outside_work = False
+    # A seeded loop's schedule (snakeloop.seeding) and its perturbed poll.
+    _schedule: Any = None
+    _perturbed: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -185,6 +188,9 @@ class Loop(
         stdlib_futures: bool = False,
         io_backend: IOBackend | None = None,
         on_deadlock: Literal["raise", "log", "ignore"] | None = None,
+        seed: int | str | None = None,
+        perturb: str | Iterable[str] | Mapping[str, object] | None = None,
+        trace: int = 10_000,
     ) -> None:
         if on_deadlock is None:
             on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
@@ -200,9 +206,29 @@ class Loop(
                 check(self)
         if io_backend is None:
             io_backend = default_backend()
+        schedule = None
+        if seed is not None:
+            from .perturbation import IMPLEMENTED
+            from .seeding import Schedule, parse_perturb, parse_seed
+
+            schedule = Schedule(
+                parse_seed(seed), parse_perturb(perturb, available=IMPLEMENTED), trace
+            )
+        elif perturb is not None:
+            raise ValueError(
+                "perturb= needs seed=: the seed is what makes a perturbed run replayable"
+            )
         CoreLoop.__init__(self, MonotonicClock(), io_backend, Waker())
         self._on_deadlock = on_deadlock
         self._deadlock_logged = False
+        self._schedule = schedule
+        self._base_poll: Callable[[float | None], Any] = io_backend.poll
+        if schedule is not None:
+            from .perturbation import PerturbedPoll
+
+            perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
+            self._perturbed = perturbed
+            self._base_poll = perturbed.poll
         self.set_clock(MonotonicClock() if clock is None else clock)
         self._debug = debug_from_environment()
         self._task_factory: _TaskFactory | None = None
@@ -369,6 +395,29 @@ class Loop(
             self._waker.close,
         )
 
+    # -- seeded scheduling (issue 12: under way) ------------------------------
+
+    @property
+    def seed(self) -> int | None:
+        """The seed this loop's scheduling choices are drawn from, or None (not seeded)."""
+        return None if self._schedule is None else self._schedule.seed  # type: ignore[no-any-return]
+
+    @property
+    def perturbation(self) -> dict[str, object]:
+        """The perturbed dimensions, each with its option ({} when not seeded)."""
+        return {} if self._schedule is None else dict(self._schedule.perturbation)
+
+    def schedule_fingerprint(self) -> str | None:
+        """A digest of every scheduling choice so far; equal runs have equal ones."""
+        return None if self._schedule is None else self._schedule.fingerprint()  # type: ignore[no-any-return]
+
+    def schedule_trace(self) -> list[Any]:
+        """The last scheduling choices (``seeding.Decision``), oldest first."""
+        return [] if self._schedule is None else self._schedule.trace()  # type: ignore[no-any-return]
+
+    def _is_internal_fd(self, fd: int) -> bool:
+        return fd == self._waker_fd or fd in self._internal_readers
+
     # -- the clock ------------------------------------------------------------
 
     def get_clock(self) -> Clock:
@@ -403,7 +452,7 @@ class Loop(
         self._clock_resolution = clock.resolution
         self._now = clock.monotonic
         self._virtual_time = None
-        self._poll = self._io.poll
+        self._poll = self._base_poll
         if getattr(clock, "is_virtual", False):
             self._use_idle_driver()
             self._block_forever = None
@@ -476,7 +525,9 @@ class Loop(
         if driver is None:
             from .virtualtime import VirtualTime
 
-            driver = self._virtual_time = VirtualTime(self, self._clock, self._io.poll)
+            held = self._perturbed.holding if self._perturbed is not None else None
+            driver = VirtualTime(self, self._clock, self._base_poll, held)
+            self._virtual_time = driver
             self._poll = driver.poll
         return driver
 
@@ -484,7 +535,7 @@ class Loop(
         driver = self._virtual_time
         if driver is not None and not driver.is_needed():
             self._virtual_time = None
-            self._poll = self._io.poll
+            self._poll = self._base_poll
 
     def _deadlock_mode(self) -> str:
         mode = self._on_deadlock

@@ -70,10 +70,19 @@ class VirtualTime:
         "_waiter_ids",
         "_quiet_since",
         "_stall_since",
+        "_held",
     )
 
-    def __init__(self, loop: LoopMixinBase, clock: Any, os_poll: Callable[[float | None], Any]):
+    def __init__(
+        self,
+        loop: LoopMixinBase,
+        clock: Any,
+        os_poll: Callable[[float | None], Any],
+        held: Callable[[], bool] | None = None,
+    ):
         self._loop = loop
+        # A seeded loop holding I/O back is not idle (snakeloop.perturbation).
+        self._held = held
         self._clock = clock
         self._os_poll = os_poll
         self._marks: dict[int, tuple[str, float]] = {}
@@ -107,7 +116,7 @@ class VirtualTime:
         events_ = self._os_poll(0)
         if not events_:
             events_ = self._os_poll(0)
-        if events_:
+        if events_ or (self._held is not None and self._held()):
             self._quiet_since = self._stall_since = None
             return events_
         now_real = _real()

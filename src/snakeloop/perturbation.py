@@ -1,0 +1,112 @@
+"""A seeded loop's poll: I/O readiness reordered and delayed, as asyncio allows.
+
+OS facts relied on: the backends register fds level-triggered (no
+``EPOLLET``), so an fd whose event is not handed on is reported again by the
+next poll for as long as it stays ready; and one poll reports each fd once,
+with its readable and writable bits combined.
+
+What asyncio leaves open, and so may be chosen by the seed:
+
+- ``io_order``: the order of the fds one poll reports ("order within one
+  poll batch unspecified").  The batch is sorted by fd first, so that the
+  kernel's order does not leak into the choice, then shuffled.  The core
+  still runs one fd's reader before its writer.
+- ``io_delay``: an fd's readiness handed on 1 to 3 polls late (as on a
+  slower machine, or a later packet).  Never more than 3 polls in a row for
+  one fd; the loop's waker and internal fds (the signal pipe) are never held.
+  While anything is held the next poll does not block, and virtual time does
+  not jump.
+
+Never touched: the ready queue and everything on it.  Callbacks queued
+before a poll still run before that poll's I/O callbacks: the core, not this
+module, decides that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .seeding import Schedule
+
+__all__ = ["IMPLEMENTED", "PerturbedPoll"]
+
+#: The dimensions this build implements (the others are refused by name).
+IMPLEMENTED = ("io_order", "io_delay")
+
+_DELAY_PROBABILITY = 0.25
+_MAX_DELAY = 3
+
+
+class PerturbedPoll:
+    """Wraps the OS poll of one seeded loop."""
+
+    __slots__ = (
+        "_os_poll",
+        "_schedule",
+        "_exempt",
+        "_order",
+        "_delay",
+        "_held",
+        "_iteration",
+    )
+
+    def __init__(
+        self,
+        os_poll: Callable[[float | None], Any],
+        schedule: Schedule,
+        exempt: Callable[[int], bool],
+    ) -> None:
+        self._os_poll = os_poll
+        self._schedule = schedule
+        self._exempt = exempt
+        chosen = schedule.perturbation
+        self._order = schedule.stream("io_order") if "io_order" in chosen else None
+        self._delay = schedule.stream("io_delay") if "io_delay" in chosen else None
+        # fd -> polls it is still held for (it is handed on when this reaches 0).
+        self._held: dict[int, int] = {}
+        self._iteration = 0
+
+    def holding(self) -> bool:
+        """Whether readiness is being held back (the loop is not idle)."""
+        return bool(self._held)
+
+    def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        if self._held:
+            timeout = 0
+        events = self._os_poll(timeout)
+        self._iteration += 1
+        if self._delay is not None:
+            events = self._hold_some(events)
+        if self._order is not None and len(events) > 1:
+            events = sorted(events)
+            self._order.shuffle(events)
+            self._schedule.record(
+                self._iteration, "io_order", "[" + ", ".join(f"fd {fd}" for fd, _ in events) + "]"
+            )
+        return events
+
+    def _hold_some(self, events: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        held = self._held
+        reported = {fd for fd, _ in events}
+        for fd in [fd for fd in held if fd not in reported]:
+            del held[fd]  # no longer ready (read, or unregistered): nothing to hand on
+        delay = self._delay
+        assert delay is not None
+        passed = []
+        for fd, mask in sorted(events):
+            left = held.get(fd)
+            if left is not None:
+                if left > 1:
+                    held[fd] = left - 1
+                    continue
+                del held[fd]
+                passed.append((fd, mask))
+                continue
+            if not self._exempt(fd) and delay.random() < _DELAY_PROBABILITY:
+                polls = delay.randint(1, _MAX_DELAY)
+                held[fd] = polls
+                self._schedule.record(self._iteration, "io_delay", f"fd {fd} held {polls}")
+                continue
+            passed.append((fd, mask))
+        return passed

@@ -1,0 +1,241 @@
+"""Seeded scheduling (issue 12, under way): io_order and io_delay, fingerprints, replay.
+
+A race that asyncio can produce (two fds ready in one poll, handled in either
+order) is found under some seed and replayed exactly; one that asyncio cannot
+produce (reordering call_soon) is never reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+import snakeloop
+from snakeloop.seeding import derive_seed, parse_perturb, parse_seed
+
+pytestmark = pytest.mark.timeout(60)
+
+IMPLEMENTED = ("io_order", "io_delay")
+
+
+# -- the pieces ----------------------------------------------------------------------------
+
+
+def test_seeds_parse_and_derive():
+    assert parse_seed(7) == 7
+    assert parse_seed("18446744073709551615") == 2**64 - 1
+    assert 0 <= parse_seed("random") < 2**64
+    with pytest.raises(ValueError, match="whole number from 0 to 2\\*\\*64-1"):
+        parse_seed(-1)
+    with pytest.raises(ValueError, match="or 'random'"):
+        parse_seed("12a")
+    with pytest.raises(TypeError, match="not float"):
+        parse_seed(1.5)
+    # A test's seed depends on the root and its node id only.
+    first = derive_seed(42, "tests/test_a.py::test_one")
+    assert first == derive_seed(42, "tests/test_a.py::test_one")
+    assert first != derive_seed(42, "tests/test_a.py::test_two")
+    assert first != derive_seed(43, "tests/test_a.py::test_one")
+    assert first != derive_seed(42, "tests/test_a.py::test_one", 1)
+
+
+def test_perturb_specs_name_the_mistake():
+    assert parse_perturb(None, available=IMPLEMENTED) == {"io_order": True, "io_delay": True}
+    assert parse_perturb("none", available=IMPLEMENTED) == {}
+    assert parse_perturb("io_delay", available=IMPLEMENTED) == {"io_delay": True}
+    assert parse_perturb({"io_order": "full"}, available=IMPLEMENTED) == {"io_order": "full"}
+    with pytest.raises(ValueError, match="unknown perturbation 'io_shuffle'"):
+        parse_perturb("io_shuffle", available=IMPLEMENTED)
+    with pytest.raises(ValueError, match="'chunking' is not available yet"):
+        parse_perturb(["chunking"], available=IMPLEMENTED)
+
+
+def test_a_loop_says_its_seed_and_refuses_perturb_without_one():
+    loop = snakeloop.new_event_loop(seed=5)
+    try:
+        assert loop.seed == 5
+        assert loop.perturbation == {"io_order": True, "io_delay": True}
+        assert loop.schedule_trace() == []
+        assert isinstance(loop.schedule_fingerprint(), str)
+    finally:
+        loop.close()
+    plain = snakeloop.new_event_loop()
+    try:
+        assert (plain.seed, plain.perturbation, plain.schedule_fingerprint()) == (None, {}, None)
+    finally:
+        plain.close()
+    with pytest.raises(ValueError, match="perturb= needs seed="):
+        snakeloop.new_event_loop(perturb="io_order")
+
+
+# -- a race asyncio can produce --------------------------------------------------------
+
+
+async def bank():
+    """Withdraw twice from 100: the second withdrawal is triggered over another connection.
+
+    The server answers the first request and sends the trigger in one
+    callback, so both connections become readable in one poll.  If the
+    trigger is handled first, the second check still sees 100: overdrawn.
+    """
+    loop = asyncio.get_running_loop()
+    account = {"balance": 100}
+    reply_a, serve_a = socket.socketpair()
+    trigger_b, serve_b = socket.socketpair()
+    for sock in (reply_a, serve_a, trigger_b, serve_b):
+        sock.setblocking(False)
+    try:
+
+        def server_reads():
+            serve_a.recv(100)
+            serve_a.send(b"ok")  # the answer to the first withdrawal
+            serve_b.send(b"go")  # and, at once, the second one's trigger
+
+        loop.add_reader(serve_a, server_reads)
+
+        async def withdraw(amount, before_act):
+            if account["balance"] >= amount:
+                await before_act()
+                account["balance"] -= amount
+
+        async def round_trip():
+            await loop.sock_sendall(reply_a, b"req")
+            await loop.sock_recv(reply_a, 100)
+
+        async def no_wait():
+            pass
+
+        first = asyncio.create_task(withdraw(60, round_trip))
+        await loop.sock_recv(trigger_b, 100)
+        await withdraw(60, no_wait)
+        await first
+        loop.remove_reader(serve_a)
+        return account["balance"]
+    finally:
+        for sock in (reply_a, serve_a, trigger_b, serve_b):
+            sock.close()
+
+
+def run_seeded(main, seed, **options):
+    loop = snakeloop.new_event_loop(seed=seed, **options)
+    try:
+        result = loop.run_until_complete(main())
+        return result, loop.schedule_fingerprint()
+    finally:
+        loop.close()
+
+
+def test_the_race_never_shows_without_a_seed():
+    for _ in range(20):
+        assert snakeloop.run(bank()) == 40
+
+
+def test_a_seed_finds_the_race_and_replays_it_exactly():
+    failing = None
+    for seed in range(200):
+        balance, fingerprint = run_seeded(bank, seed)
+        if balance != 40:
+            failing = seed, balance, fingerprint
+            break
+    assert failing is not None, "no seed in 200 reordered the two ready connections"
+    seed, balance, fingerprint = failing
+    assert balance == -20  # both withdrawals went through: what a slower machine can do
+    for _ in range(10):
+        assert run_seeded(bank, seed) == (balance, fingerprint)
+
+
+def test_io_order_alone_finds_it_and_none_never_does():
+    found = {run_seeded(bank, seed, perturb="io_order")[0] for seed in range(60)}
+    assert found == {40, -20}
+    assert {run_seeded(bank, seed, perturb="none")[0] for seed in range(60)} == {40}
+
+
+# -- a race asyncio cannot produce -------------------------------------------------------
+
+
+async def deposit_then_audit():
+    """simloop's example: call_soon(deposit); call_soon(audit) always audits after the deposit."""
+    loop = asyncio.get_running_loop()
+    account = {"balance": 0}
+    seen = []
+    ready = loop.create_future()
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        b.setblocking(False)
+        loop.add_reader(a, lambda: (a.recv(10), ready.done() or ready.set_result(None)))
+        b.send(b"x")  # I/O in the same iterations, for the perturbation to act on
+        loop.call_soon(lambda: account.__setitem__("balance", 1))
+        loop.call_soon(lambda: seen.append(account["balance"]))
+        await ready
+        loop.remove_reader(a)
+    finally:
+        a.close()
+        b.close()
+    return seen
+
+
+def test_call_soon_order_is_never_perturbed():
+    for seed in range(300):
+        assert run_seeded(deposit_then_audit, seed, perturb="io_order,io_delay")[0] == [1]
+
+
+def test_callbacks_keep_fifo_order_under_every_seed():
+    async def fifo():
+        loop = asyncio.get_running_loop()
+        order = []
+        pairs = [socket.socketpair() for _ in range(4)]
+        try:
+            for i, (a, b) in enumerate(pairs):
+                a.setblocking(False)
+                loop.add_reader(a, lambda i=i, a=a: (a.recv(10), order.append(("io", i))))
+                b.send(b"x")
+            for i in range(20):
+                loop.call_soon(order.append, ("soon", i))
+            for _ in range(10):
+                await asyncio.sleep(0)
+            for a, _ in pairs:
+                loop.remove_reader(a)
+        finally:
+            for a, b in pairs:
+                a.close()
+                b.close()
+        return order
+
+    for seed in range(200):
+        order, _ = run_seeded(fifo, seed)
+        soon = [i for kind, i in order if kind == "soon"]
+        assert soon == list(range(20))  # the FIFO, whatever the I/O did
+        assert sorted(i for kind, i in order if kind == "io") == [0, 1, 2, 3]
+        # Callbacks queued before the first poll ran before any I/O callback.
+        assert order[:20] == [("soon", i) for i in range(20)]
+
+
+def test_virtual_time_does_not_jump_while_io_is_held():
+    async def echo_with_timeout():
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        try:
+            a.setblocking(False)
+            b.setblocking(False)
+            for i in range(50):
+                # The reader waits first, so that its readiness goes through the poll.
+                recv = asyncio.ensure_future(asyncio.wait_for(loop.sock_recv(b, 10), 1.0))
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                await loop.sock_sendall(a, b"%d" % i)
+                # Held I/O is not idleness: the 1 s timeout must never fire.
+                assert await recv == b"%d" % i
+            return loop.time(), loop.schedule_trace()
+        finally:
+            a.close()
+            b.close()
+
+    held = 0
+    for seed in range(30):
+        (now, trace), _ = run_seeded(echo_with_timeout, seed, clock=snakeloop.VirtualClock())
+        assert now == 0.0
+        held += sum(1 for decision in trace if decision.kind == "io_delay")
+    assert held > 50  # the readiness was held back, many times
