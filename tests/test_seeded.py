@@ -1,4 +1,4 @@
-"""Seeded scheduling (issue 12, under way): io_order and io_delay, fingerprints, replay.
+"""Seeded scheduling (issue 12, under way): io_order, io_delay, timer_ties, fingerprints, replay.
 
 A race that asyncio can produce (two fds ready in one poll, handled in either
 order) is found under some seed and replayed exactly; one that asyncio cannot
@@ -17,7 +17,7 @@ from snakeloop.seeding import derive_seed, parse_perturb, parse_seed
 
 pytestmark = pytest.mark.timeout(60)
 
-IMPLEMENTED = ("io_order", "io_delay")
+IMPLEMENTED = ("io_order", "io_delay", "timer_ties")
 
 
 # -- the pieces ----------------------------------------------------------------------------
@@ -42,7 +42,7 @@ def test_seeds_parse_and_derive():
 
 
 def test_perturb_specs_name_the_mistake():
-    assert parse_perturb(None, available=IMPLEMENTED) == {"io_order": True, "io_delay": True}
+    assert parse_perturb(None, available=IMPLEMENTED) == dict.fromkeys(IMPLEMENTED, True)
     assert parse_perturb("none", available=IMPLEMENTED) == {}
     assert parse_perturb("io_delay", available=IMPLEMENTED) == {"io_delay": True}
     assert parse_perturb({"io_order": "full"}, available=IMPLEMENTED) == {"io_order": "full"}
@@ -56,7 +56,7 @@ def test_a_loop_says_its_seed_and_refuses_perturb_without_one():
     loop = snakeloop.new_event_loop(seed=5)
     try:
         assert loop.seed == 5
-        assert loop.perturbation == {"io_order": True, "io_delay": True}
+        assert loop.perturbation == dict.fromkeys(IMPLEMENTED, True)
         assert loop.schedule_trace() == []
         assert isinstance(loop.schedule_fingerprint(), str)
     finally:
@@ -239,3 +239,37 @@ def test_virtual_time_does_not_jump_while_io_is_held():
         assert now == 0.0
         held += sum(1 for decision in trace if decision.kind == "io_delay")
     assert held > 50  # the readiness was held back, many times
+
+
+# -- timer ties ----------------------------------------------------------------------------
+
+
+async def three_ties_and_a_later_timer():
+    loop = asyncio.get_running_loop()
+    fired = []
+    done = loop.create_future()
+    when = loop.time() + 1
+    for name in "abc":
+        loop.call_at(when, fired.append, name)
+    loop.call_at(when + 1, lambda: done.set_result(None))
+    loop.call_at(when + 0.5, fired.append, "later")
+    await done
+    return fired
+
+
+def test_timers_of_one_deadline_fire_in_every_order_and_others_keep_theirs():
+    orders = set()
+    for seed in range(120):
+        fired, _ = run_seeded(three_ties_and_a_later_timer, seed, clock=snakeloop.VirtualClock())
+        assert fired[3] == "later"  # a later deadline never overtakes
+        orders.add("".join(fired[:3]))
+    assert orders == {"abc", "acb", "bac", "bca", "cab", "cba"}
+    assert snakeloop.run(three_ties_and_a_later_timer(), clock=snakeloop.VirtualClock()) == [
+        "a",
+        "b",
+        "c",
+        "later",
+    ]
+    assert run_seeded(
+        three_ties_and_a_later_timer, 3, perturb="io_order", clock=snakeloop.VirtualClock()
+    )[0] == ["a", "b", "c", "later"]

@@ -229,6 +229,11 @@ class Loop(
             perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
             self._perturbed = perturbed
             self._base_poll = perturbed.poll
+            if "timer_ties" in schedule.perturbation:
+                # In front of the core's method, on this loop only: an
+                # unseeded loop's call_later pays nothing.
+                self._tie_stream = schedule.stream("timer_ties")
+                self.__dict__["_push_timer"] = self._push_timer_in_a_tie
         self.set_clock(MonotonicClock() if clock is None else clock)
         self._debug = debug_from_environment()
         self._task_factory: _TaskFactory | None = None
@@ -414,6 +419,21 @@ class Loop(
     def schedule_trace(self) -> list[Any]:
         """The last scheduling choices (``seeding.Decision``), oldest first."""
         return [] if self._schedule is None else self._schedule.trace()  # type: ignore[no-any-return]
+
+    def _push_timer_in_a_tie(
+        self, when: float, callback: Callable[..., object], args: Any, context: Context | None
+    ) -> asyncio.TimerHandle:
+        timer = CoreLoop._push_timer(self, when, callback, args, context)
+        entry = self._timers.get(when)
+        if entry.__class__ is list:
+            count = len(entry)
+            place = self._tie_stream.randrange(count)
+            if place != count - 1:
+                entry.insert(place, entry.pop())
+            self._schedule.record(
+                self._perturbed.iteration, "timer_ties", f"place {place} of {count}"
+            )
+        return timer
 
     def _is_internal_fd(self, fd: int) -> bool:
         return fd == self._waker_fd or fd in self._internal_readers

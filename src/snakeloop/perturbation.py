@@ -17,6 +17,12 @@ What asyncio leaves open, and so may be chosen by the seed:
   While anything is held the next poll does not block, and virtual time does
   not jump.
 
+- ``timer_ties``: the order of timers set for one deadline ("undefined
+  which will be called first"): each new timer of a tie takes a drawn place
+  among the others (``Loop._push_timer_in_a_tie``), which makes every
+  order of the tie equally likely.  Timers of different deadlines keep
+  their order, and none fires before its deadline.
+
 Never touched: the ready queue and everything on it.  Callbacks queued
 before a poll still run before that poll's I/O callbacks: the core, not this
 module, decides that.
@@ -32,7 +38,7 @@ from .seeding import Schedule
 __all__ = ["IMPLEMENTED", "PerturbedPoll"]
 
 #: The dimensions this build implements (the others are refused by name).
-IMPLEMENTED = ("io_order", "io_delay")
+IMPLEMENTED = ("io_order", "io_delay", "timer_ties")
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3
@@ -66,6 +72,11 @@ class PerturbedPoll:
         # fd -> polls it is still held for (it is handed on when this reaches 0).
         self._held: dict[int, int] = {}
         self._iteration = 0
+
+    @property
+    def iteration(self) -> int:
+        """Polls so far: the iteration number decisions are recorded under."""
+        return self._iteration
 
     def holding(self) -> bool:
         """Whether readiness is being held back (the loop is not idle)."""
