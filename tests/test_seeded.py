@@ -273,3 +273,67 @@ def test_timers_of_one_deadline_fire_in_every_order_and_others_keep_theirs():
     assert run_seeded(
         three_ties_and_a_later_timer, 3, perturb="io_order", clock=snakeloop.VirtualClock()
     )[0] == ["a", "b", "c", "later"]
+
+
+# -- python -m snakeloop --seed ------------------------------------------------------------
+
+
+def test_a_script_that_dies_under_a_seed_prints_how_to_replay_it(tmp_path):
+    import inspect
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = tmp_path / "racy.py"
+    script.write_text(
+        "import asyncio, socket\n\n" + inspect.getsource(bank) + "\n\nasync def main():\n"
+        "    balance = await bank()\n"
+        "    assert balance == 40, f'overdrawn: {balance}'\n\n"
+        "asyncio.run(main())\n"
+    )
+
+    def run(*args, env=None):
+        return subprocess.run(
+            [sys.executable, "-m", "snakeloop", *args, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **(env or {})},
+        )
+
+    for seed in range(40):
+        first = run("--seed", str(seed))
+        if first.returncode:
+            break
+    else:
+        pytest.fail("no seed in 40 made the script fail")
+    assert "AssertionError: overdrawn: -20" in first.stderr
+    line = re.search(
+        r"snakeloop: this run used seed=(\d+) perturb=(\S+) fingerprint=(\w+); ", first.stderr
+    )
+    assert line is not None, first.stderr
+    assert line.group(1) == str(seed)
+    assert line.group(2) == "io_order,io_delay,timer_ties"
+    assert f"replay: SNAKELOOP_SEED={seed} python -m snakeloop {script}" in first.stderr
+    again = run(env={"SNAKELOOP_SEED": str(seed)})
+    assert again.returncode == 1
+    assert f"fingerprint={line.group(3)};" in again.stderr
+    assert "AssertionError: overdrawn: -20" in again.stderr
+
+
+def test_bad_seed_options_name_the_mistake():
+    import subprocess
+    import sys
+
+    for args, message in [
+        (["--seed", "x1", "s.py"], "a seed is a whole number"),
+        (["--perturb", "io_order", "s.py"], "--perturb needs --seed"),
+        (["--seed"], "--seed needs a value"),
+        (["--fast", "s.py"], "unknown option --fast"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakeloop", *args], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 2
+        assert message in proc.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import weakref
 from asyncio import events
 from collections.abc import Callable, Coroutine
 from types import TracebackType
@@ -120,19 +121,46 @@ class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
     """The default policy, except that new loops are snakeloop loops.
 
     ``clock_factory``, if given, makes the clock of each new loop (for
-    ``python -m snakeloop --virtual-time``: a new ``VirtualClock`` each).
+    ``python -m snakeloop --virtual-time``: a new ``VirtualClock`` each);
+    ``seed`` and ``perturb`` go to each new loop (``--seed``).
     """
 
-    def __init__(self, *, clock_factory: Callable[[], Clock] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock_factory: Callable[[], Clock] | None = None,
+        seed: int | None = None,
+        perturb: str | None = None,
+    ) -> None:
         super().__init__()
         self._clock_factory = clock_factory
+        self._seed = seed
+        self._perturb = perturb
+        self._last_loop: weakref.ReferenceType[Loop] | None = None
 
     def new_event_loop(self) -> Loop:
-        if self._clock_factory is None:
-            return new_event_loop()
-        return new_event_loop(clock=self._clock_factory())
+        options: dict[str, Any] = {}
+        if self._clock_factory is not None:
+            options["clock"] = self._clock_factory()
+        if self._seed is not None:
+            options["seed"] = self._seed
+            options["perturb"] = self._perturb
+        loop = new_event_loop(**options)
+        self._last_loop = weakref.ref(loop)
+        return loop
+
+    def last_loop(self) -> Loop | None:
+        """The loop this policy made last, if it is still alive."""
+        return None if self._last_loop is None else self._last_loop()
 
 
-def install(*, clock_factory: Callable[[], Clock] | None = None) -> None:
-    """Make snakeloop the loop of ``asyncio.run`` and ``new_event_loop``."""
-    asyncio.set_event_loop_policy(EventLoopPolicy(clock_factory=clock_factory))
+def install(
+    *,
+    clock_factory: Callable[[], Clock] | None = None,
+    seed: int | None = None,
+    perturb: str | None = None,
+) -> EventLoopPolicy:
+    """Make snakeloop the loop of ``asyncio.run`` and ``new_event_loop``; return the policy."""
+    policy = EventLoopPolicy(clock_factory=clock_factory, seed=seed, perturb=perturb)
+    asyncio.set_event_loop_policy(policy)
+    return policy
