@@ -178,6 +178,7 @@ class Loop(
     # A seeded loop's schedule (snakeloop.seeding) and its perturbed poll.
     _schedule: Any = None
     _perturbed: Any = None
+    _inbox: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -229,6 +230,11 @@ class Loop(
             perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
             self._perturbed = perturbed
             self._base_poll = perturbed.poll
+            if "threadsafe" in schedule.perturbation:
+                from .inbox import Inbox
+
+                self._inbox = perturbed.inbox = Inbox(schedule, self._ready.append)
+                self.__dict__["call_soon_threadsafe"] = self._call_soon_threadsafe_via_inbox
             if "timer_ties" in schedule.perturbation:
                 # In front of the core's method, on this loop only: an
                 # unseeded loop's call_later pays nothing.
@@ -359,6 +365,8 @@ class Loop(
             logger.debug("Close %r", self)
         self._closed = True
         self._ready.clear()
+        if self._inbox is not None:
+            self._inbox.clear()
         self._scheduled.clear()
         self._timers.clear()
         self._executors.close()
@@ -434,6 +442,23 @@ class Loop(
                 self._perturbed.iteration, "timer_ties", f"place {place} of {count}"
             )
         return timer
+
+    def _call_soon_threadsafe_via_inbox(
+        self, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.Handle:
+        thread = threading.get_ident()
+        if self._thread_id is None or thread == self._thread_id:
+            return CoreLoop.call_soon_threadsafe(self, callback, *args, context=context)
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            self._check_callback(callback, "call_soon_threadsafe")
+        handle = Handle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        self._inbox.put(thread, handle)
+        self._waker.wake()
+        return handle
 
     def _is_internal_fd(self, fd: int) -> bool:
         return fd == self._waker_fd or fd in self._internal_readers

@@ -23,6 +23,10 @@ What asyncio leaves open, and so may be chosen by the seed:
   order of the tie equally likely.  Timers of different deadlines keep
   their order, and none fires before its deadline.
 
+- ``threadsafe``: when another thread's ``call_soon_threadsafe`` joins the
+  loop (``inbox.py``): handed on at a poll 0 to 2 polls late, each thread's
+  calls in their order.
+
 Never touched: the ready queue and everything on it.  Callbacks queued
 before a poll still run before that poll's I/O callbacks: the core, not this
 module, decides that.
@@ -38,7 +42,7 @@ from .seeding import Schedule
 __all__ = ["IMPLEMENTED", "PerturbedPoll"]
 
 #: The dimensions this build implements (the others are refused by name).
-IMPLEMENTED = ("io_order", "io_delay", "timer_ties")
+IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "threadsafe")
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3
@@ -55,6 +59,7 @@ class PerturbedPoll:
         "_delay",
         "_held",
         "_iteration",
+        "inbox",
     )
 
     def __init__(
@@ -72,6 +77,8 @@ class PerturbedPoll:
         # fd -> polls it is still held for (it is handed on when this reaches 0).
         self._held: dict[int, int] = {}
         self._iteration = 0
+        # Other threads' callbacks, when "threadsafe" is perturbed (set by the loop).
+        self.inbox: Any = None
 
     @property
     def iteration(self) -> int:
@@ -79,14 +86,16 @@ class PerturbedPoll:
         return self._iteration
 
     def holding(self) -> bool:
-        """Whether readiness is being held back (the loop is not idle)."""
-        return bool(self._held)
+        """Whether readiness or callbacks are being held back (the loop is not idle)."""
+        return bool(self._held) or (self.inbox is not None and self.inbox.holding())
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-        if self._held:
+        if self.holding():
             timeout = 0
         events = self._os_poll(timeout)
         self._iteration += 1
+        if self.inbox is not None:
+            self.inbox.release(self._iteration)
         if self._delay is not None:
             events = self._hold_some(events)
         if self._order is not None and len(events) > 1:

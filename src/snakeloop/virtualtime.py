@@ -116,7 +116,9 @@ class VirtualTime:
         events_ = self._os_poll(0)
         if not events_:
             events_ = self._os_poll(0)
-        if events_ or (self._held is not None and self._held()):
+        # A seeded loop's poll may hand on held callbacks into the ready
+        # queue, or still hold some: either way the loop is not idle.
+        if events_ or self._loop._ready or (self._held is not None and self._held()):
             self._quiet_since = self._stall_since = None
             return events_
         now_real = _real()
