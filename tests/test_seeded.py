@@ -49,8 +49,8 @@ def test_perturb_specs_name_the_mistake():
     assert parse_perturb({"io_order": "full"}, available=IMPLEMENTED) == {"io_order": "full"}
     with pytest.raises(ValueError, match="unknown perturbation 'io_shuffle'"):
         parse_perturb("io_shuffle", available=IMPLEMENTED)
-    with pytest.raises(ValueError, match="'epoch' is not available yet"):
-        parse_perturb(["epoch"], available=IMPLEMENTED)
+    with pytest.raises(ValueError, match="'io_latency' is not available yet"):
+        parse_perturb(["io_latency"], available=IMPLEMENTED)
 
 
 def test_a_loop_says_its_seed_and_refuses_perturb_without_one():
@@ -401,3 +401,18 @@ def test_executor_results_arrive_and_held_callbacks_stop_time_from_jumping():
         )
         assert results == [None] * 20
         assert now == 0.0
+
+
+def test_epoch_moves_where_virtual_time_starts():
+    starts = set()
+    for seed in range(10):
+        loop = snakeloop.new_event_loop(seed=seed, perturb="epoch", clock=snakeloop.VirtualClock())
+        try:
+            starts.add(loop.time())
+            assert 10_000 <= loop.time() <= 200_000
+            assert loop.run_until_complete(asyncio.sleep(5, "slept")) == "slept"
+        finally:
+            loop.close()
+    assert len(starts) == 10
+    with pytest.raises(ValueError, match="give the loop a VirtualClock"):
+        snakeloop.new_event_loop(seed=1, perturb="epoch")

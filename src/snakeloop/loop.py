@@ -94,6 +94,11 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
 _new_object = object.__new__
 
+EPOCH_NEEDS_VIRTUAL_TIME = (
+    "perturb 'epoch' draws where virtual time starts: give the loop a VirtualClock, "
+    "or leave 'epoch' out"
+)
+
 # What Loop(on_deadlock=...) takes (see snakeloop.deadlock).
 DEADLOCK_MODES = ("raise", "log", "ignore")
 
@@ -215,6 +220,8 @@ class Loop(
             schedule = Schedule(
                 parse_seed(seed), parse_perturb(perturb, available=IMPLEMENTED), trace
             )
+            if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
+                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
         elif perturb is not None:
             raise ValueError(
                 "perturb= needs seed=: the seed is what makes a perturbed run replayable"
@@ -488,6 +495,14 @@ class Loop(
         attach = getattr(clock, "_attach", None)
         if attach is not None:
             attach(self, old_now)
+        schedule = self._schedule
+        if schedule is not None and "epoch" in schedule.perturbation and old is not clock:
+            if not getattr(clock, "is_virtual", False):
+                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)
+            # Code that assumes loop.time() starts near 0 shows here (trio's SystemClock).
+            epoch = schedule.stream("epoch").randrange(10_000, 200_001)
+            clock.jump(epoch)  # type: ignore[attr-defined]
+            schedule.record(0, "epoch", f"start + {epoch} s")
         if old is not clock:
             detach = getattr(old, "_detach", None)
             if detach is not None:

@@ -27,6 +27,10 @@ What asyncio leaves open, and so may be chosen by the seed:
   loop (``inbox.py``): handed on at a poll 0 to 2 polls late, each thread's
   calls in their order.
 
+- ``epoch`` (opt-in, with a ``VirtualClock``): virtual time starts a drawn
+  10 000 to 200 000 s later (``Loop.set_clock``), for code that assumes
+  ``loop.time()`` starts near 0.
+
 Never touched: the ready queue and everything on it.  Callbacks queued
 before a poll still run before that poll's I/O callbacks: the core, not this
 module, decides that.
@@ -42,7 +46,7 @@ from .seeding import Schedule
 __all__ = ["IMPLEMENTED", "PerturbedPoll"]
 
 #: The dimensions this build implements (the others are refused by name).
-IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "threadsafe")
+IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "threadsafe", "epoch")
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3
