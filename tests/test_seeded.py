@@ -416,3 +416,39 @@ def test_epoch_moves_where_virtual_time_starts():
     assert len(starts) == 10
     with pytest.raises(ValueError, match="give the loop a VirtualClock"):
         snakeloop.new_event_loop(seed=1, perturb="epoch")
+
+
+def test_signal_handlers_are_deferred_in_the_order_the_signals_came():
+    import os
+    import signal
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        got = []
+        done = loop.create_future()
+
+        def handler(name):
+            got.append(name)
+            if len(got) == 2:
+                done.set_result(None)
+
+        loop.add_signal_handler(signal.SIGUSR1, handler, "usr1")
+        loop.add_signal_handler(signal.SIGUSR2, handler, "usr2")
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGUSR2)
+            await asyncio.wait_for(done, 5)
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+            loop.remove_signal_handler(signal.SIGUSR2)
+        return got
+
+    deferred = 0
+    for seed in range(20):
+        loop = snakeloop.new_event_loop(seed=seed, perturb="signals")
+        try:
+            assert loop.run_until_complete(main()) == ["usr1", "usr2"]
+            deferred += sum(1 for d in loop.schedule_trace() if d.kind == "signals")
+        finally:
+            loop.close()
+    assert deferred > 5

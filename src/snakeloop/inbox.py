@@ -9,6 +9,10 @@ the ready queue, and hands each on after a drawn number of polls (0, 1 or
 before an earlier one of its thread.  Calls from the loop's own thread go
 straight to the ready queue, as always.
 
+The ``signals`` dimension uses a second inbox the same way: a signal's
+handler runs 0 to 2 polls after the signal was read, handlers in the order
+their signals came.
+
 Thread safety: other threads only ``append`` to a deque (atomic) and wake
 the loop; everything else runs in the loop's thread, at its poll.
 """
@@ -29,15 +33,18 @@ _MAX_DEFERRAL = 2
 class Inbox:
     """Callbacks from other threads, waiting for their turn (one seeded loop's)."""
 
-    __slots__ = ("_arrivals", "_waiting", "_schedule", "_stream", "_deliver")
+    __slots__ = ("_arrivals", "_waiting", "_schedule", "_stream", "_deliver", "_dimension")
 
-    def __init__(self, schedule: Schedule, deliver: Callable[[Any], None]) -> None:
+    def __init__(
+        self, schedule: Schedule, deliver: Callable[[Any], None], dimension: str = "threadsafe"
+    ) -> None:
         # (thread ident, handle), appended by other threads.
         self._arrivals: collections.deque[tuple[int, Any]] = collections.deque()
         # thread ident -> [[polls left, handle], ...], oldest first.
         self._waiting: dict[int, collections.deque[list[Any]]] = {}
         self._schedule = schedule
-        self._stream = schedule.stream("threadsafe")
+        self._dimension = dimension
+        self._stream = schedule.stream(dimension)
         self._deliver = deliver
 
     def put(self, thread: int, handle: Any) -> None:
@@ -60,7 +67,7 @@ class Inbox:
                 queue = waiting[thread] = collections.deque()
             queue.append([polls, handle])
             if polls:
-                self._schedule.record(iteration, "threadsafe", f"deferred {polls}")
+                self._schedule.record(iteration, self._dimension, f"deferred {polls}")
         for thread in list(waiting):
             queue = waiting[thread]
             # Per-thread FIFO: only the oldest may go, and those behind it wait for it.

@@ -184,6 +184,8 @@ class Loop(
     _schedule: Any = None
     _perturbed: Any = None
     _inbox: Any = None
+    # Where a seeded loop's signal handlers wait (perturb "signals"), or None.
+    _signal_inbox: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -242,6 +244,11 @@ class Loop(
 
                 self._inbox = perturbed.inbox = Inbox(schedule, self._ready.append)
                 self.__dict__["call_soon_threadsafe"] = self._call_soon_threadsafe_via_inbox
+            if "signals" in schedule.perturbation:
+                from .inbox import Inbox
+
+                self._signal_inbox = Inbox(schedule, self._ready.append, "signals")
+                perturbed.signal_inbox = self._signal_inbox
             if "timer_ties" in schedule.perturbation:
                 # In front of the core's method, on this loop only: an
                 # unseeded loop's call_later pays nothing.
@@ -372,8 +379,9 @@ class Loop(
             logger.debug("Close %r", self)
         self._closed = True
         self._ready.clear()
-        if self._inbox is not None:
-            self._inbox.clear()
+        for inbox in (self._inbox, self._signal_inbox):
+            if inbox is not None:
+                inbox.clear()
         self._scheduled.clear()
         self._timers.clear()
         self._executors.close()

@@ -27,6 +27,8 @@ What asyncio leaves open, and so may be chosen by the seed:
   loop (``inbox.py``): handed on at a poll 0 to 2 polls late, each thread's
   calls in their order.
 
+- ``signals`` (opt-in): a signal handler runs 0 to 2 polls after its
+  signal was read, in the order the signals came (a second inbox).
 - ``epoch`` (opt-in, with a ``VirtualClock``): virtual time starts a drawn
   10 000 to 200 000 s later (``Loop.set_clock``), for code that assumes
   ``loop.time()`` starts near 0.
@@ -46,7 +48,7 @@ from .seeding import Schedule
 __all__ = ["IMPLEMENTED", "PerturbedPoll"]
 
 #: The dimensions this build implements (the others are refused by name).
-IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "threadsafe", "epoch")
+IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "threadsafe", "signals", "epoch")
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3
@@ -64,6 +66,7 @@ class PerturbedPoll:
         "_held",
         "_iteration",
         "inbox",
+        "signal_inbox",
     )
 
     def __init__(
@@ -83,6 +86,7 @@ class PerturbedPoll:
         self._iteration = 0
         # Other threads' callbacks, when "threadsafe" is perturbed (set by the loop).
         self.inbox: Any = None
+        self.signal_inbox: Any = None
 
     @property
     def iteration(self) -> int:
@@ -91,7 +95,11 @@ class PerturbedPoll:
 
     def holding(self) -> bool:
         """Whether readiness or callbacks are being held back (the loop is not idle)."""
-        return bool(self._held) or (self.inbox is not None and self.inbox.holding())
+        return (
+            bool(self._held)
+            or (self.inbox is not None and self.inbox.holding())
+            or (self.signal_inbox is not None and self.signal_inbox.holding())
+        )
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
         if self.holding():
@@ -100,6 +108,9 @@ class PerturbedPoll:
         self._iteration += 1
         if self.inbox is not None:
             self.inbox.release(self._iteration)
+        if self.signal_inbox is not None:
+            # Signals read by this poll's drain wait at least until the next one.
+            self.signal_inbox.release(self._iteration)
         if self._delay is not None:
             events = self._hold_some(events)
         if self._order is not None and len(events) > 1:

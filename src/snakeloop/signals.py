@@ -118,6 +118,8 @@ class SignalHandlers:
             return
         if handle._cancelled:
             self._loop.remove_signal_handler(sig)
+        elif self._loop._signal_inbox is not None:
+            self._loop._signal_inbox.put(0, handle)  # a seeded loop defers it, in order
         else:
             self._loop._ready.append(handle)
 

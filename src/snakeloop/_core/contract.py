@@ -271,6 +271,9 @@ class LoopContract(Protocol):
     _watch_outside_work: bool
     """Whether the parts keep the census of their unfinished jobs (virtual time, test mode)."""
 
+    _signal_inbox: Any
+    """Where a seeded loop's signal handlers wait (``inbox.Inbox``), or None."""
+
     _task_sites: Any
     """task -> ``(filename, lineno)`` where it was created (virtual time and test mode), or None."""
 
