@@ -41,3 +41,36 @@ def test_the_virtual_time_example_passes_in_milliseconds(pytester, options):
     result.assert_outcomes(passed=1)
     # 30 s of virtual silence; the run itself is an interpreter start and a test.
     assert elapsed < 25
+
+
+def test_the_race_example_fails_under_some_seed_and_replays(tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = tmp_path / "race.py"
+    script.write_text(readme_examples()["race.py"])
+
+    def run(*args, env=None):
+        return subprocess.run(
+            [sys.executable, "-m", "snakeloop", *args, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **(env or {})},
+        )
+
+    assert run().returncode == 0  # unseeded, the kernel's order hides the race
+    for seed in range(40):
+        failed = run("--seed", str(seed))
+        if failed.returncode:
+            break
+    else:
+        pytest.fail("no seed in 40 showed the race")
+    assert "AssertionError: ['second', 'first']" in failed.stderr
+    fingerprint = re.search(r"fingerprint=(\w+);", failed.stderr)
+    assert fingerprint is not None, failed.stderr
+    replayed = run(env={"SNAKELOOP_SEED": str(seed)})
+    assert replayed.returncode == 1
+    assert f"fingerprint={fingerprint.group(1)};" in replayed.stderr
