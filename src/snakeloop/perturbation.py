@@ -23,6 +23,12 @@ What asyncio leaves open, and so may be chosen by the seed:
   order of the tie equally likely.  Timers of different deadlines keep
   their order, and none fires before its deadline.
 
+- ``chunking``: where a stream's bytes are split between reads ("any
+  split"): a TCP or Unix stream read, a transport's or ``sock_recv``'s,
+  takes ``min(available, drawn)`` bytes, small sizes favoured
+  (``snakeloop.chunking``).  Bytes are conserved and keep their order;
+  datagram reads are never cut.
+
 Never touched: the ready queue and everything on it.  Callbacks queued
 before a poll still run before that poll's I/O callbacks: the core, not this
 module, decides that.
@@ -38,7 +44,7 @@ from .seeding import Schedule
 __all__ = ["IMPLEMENTED", "PerturbedPoll"]
 
 #: The dimensions this build implements (the others are refused by name).
-IMPLEMENTED = ("io_order", "io_delay", "timer_ties")
+IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "chunking")
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3
