@@ -236,7 +236,9 @@ def test_virtual_time_does_not_jump_while_io_is_held():
 
     held = 0
     for seed in range(30):
-        (now, trace), _ = run_seeded(echo_with_timeout, seed, clock=snakeloop.VirtualClock())
+        (now, trace), _ = run_seeded(
+            echo_with_timeout, seed, perturb="io_order,io_delay", clock=snakeloop.VirtualClock()
+        )
         assert now == 0.0
         held += sum(1 for decision in trace if decision.kind == "io_delay")
     assert held > 50  # the readiness was held back, many times

@@ -186,6 +186,8 @@ class Loop(
     _inbox: Any = None
     # Where a seeded loop's signal handlers wait (perturb "signals"), or None.
     _signal_inbox: Any = None
+    # A seeded loop's chunking policy (snakeloop.chunking), when that dimension is on.
+    _chunking: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -254,6 +256,14 @@ class Loop(
                 # unseeded loop's call_later pays nothing.
                 self._tie_stream = schedule.stream("timer_ties")
                 self.__dict__["_push_timer"] = self._push_timer_in_a_tie
+            if "chunking" in schedule.perturbation:
+                from .chunking import Chunking
+
+                # Stream transports pick their chunked readers from this;
+                # sock_recv and sock_recv_into are replaced on this loop only.
+                self._chunking = Chunking(schedule, perturbed)
+                self.__dict__["sock_recv"] = self._sock_recv_chunked
+                self.__dict__["sock_recv_into"] = self._sock_recv_into_chunked
         self.set_clock(MonotonicClock() if clock is None else clock)
         self._debug = debug_from_environment()
         self._task_factory: _TaskFactory | None = None

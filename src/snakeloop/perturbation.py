@@ -23,10 +23,15 @@ What asyncio leaves open, and so may be chosen by the seed:
   order of the tie equally likely.  Timers of different deadlines keep
   their order, and none fires before its deadline.
 
+- ``chunking``: where a stream's bytes are split between reads ("any
+  split"): a TCP or Unix stream read, a transport's or ``sock_recv``'s,
+  takes ``min(available, drawn)`` bytes, small sizes favoured
+  (``snakeloop.chunking``).  Bytes are conserved and keep their order;
+  datagram reads are never cut.
+
 - ``threadsafe``: when another thread's ``call_soon_threadsafe`` joins the
   loop (``inbox.py``): handed on at a poll 0 to 2 polls late, each thread's
   calls in their order.
-
 - ``signals`` (opt-in): a signal handler runs 0 to 2 polls after its
   signal was read, in the order the signals came (a second inbox).
 - ``epoch`` (opt-in, with a ``VirtualClock``): virtual time starts a drawn
@@ -48,7 +53,15 @@ from .seeding import Schedule
 __all__ = ["IMPLEMENTED", "PerturbedPoll"]
 
 #: The dimensions this build implements (the others are refused by name).
-IMPLEMENTED = ("io_order", "io_delay", "timer_ties", "threadsafe", "signals", "epoch")
+IMPLEMENTED = (
+    "io_order",
+    "io_delay",
+    "timer_ties",
+    "chunking",
+    "threadsafe",
+    "signals",
+    "epoch",
+)
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3

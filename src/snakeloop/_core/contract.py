@@ -277,6 +277,9 @@ class LoopContract(Protocol):
     _task_sites: Any
     """task -> ``(filename, lineno)`` where it was created (virtual time and test mode), or None."""
 
+    _chunking: Any
+    """A seeded loop's ``chunking.Chunking`` (its stream reads take drawn sizes), or None."""
+
     def _timer_count(self) -> int:
         """How many timers are pending and not cancelled (for reports)."""
         ...

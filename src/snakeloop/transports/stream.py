@@ -136,8 +136,14 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         # Made when needed, not kept in an attribute: a bound method stored
         # on the transport would make it a reference cycle of its own, and
         # every closed transport would wait for the cyclic collector.
+        # A seeded loop's chunking gets readers of its own, chosen here, so
+        # the unseeded readers carry no test for it.
         if self._buffered_protocol:
+            if self._loop._chunking is not None:
+                return self._read_into_protocol_buffer_chunked
             return self._read_into_protocol_buffer
+        if self._loop._chunking is not None:
+            return self._read_data_chunked
         return self._read_data
 
     # -- reading ---------------------------------------------------------------
@@ -196,6 +202,62 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             return
         try:
             nbytes = self._sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not nbytes:
+            self._read_eof()
+            return
+        try:
+            self._protocol.buffer_updated(nbytes)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
+
+    # -- reading under a seeded loop's chunking (see snakeloop.chunking) ----
+
+    def _read_data_chunked(self):
+        if self._conn_lost:
+            return
+        try:
+            data = self._sock.recv(self._loop._chunking.size(self._sock_fd, READ_SIZE))
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not data:
+            self._read_eof()
+            return
+        try:
+            self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+    def _read_into_protocol_buffer_chunked(self):
+        if self._conn_lost:
+            return
+        try:
+            buf = self._protocol.get_buffer(-1)
+            if not len(buf):
+                raise RuntimeError("get_buffer() returned an empty buffer")
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
+            return
+        try:
+            size = self._loop._chunking.size(self._sock_fd, memoryview(buf).nbytes)
+            nbytes = self._sock.recv_into(buf, size)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):

@@ -1,0 +1,80 @@
+"""``chunking``: a seeded loop's stream reads cut at drawn places.
+
+A stream socket hands a reader whatever has arrived, up to what it asked
+for; where one read ends and the next begins is the kernel's business, and
+a protocol or a ``StreamReader`` must cope with any split (asyncio promises
+nothing about it).  A seeded loop with ``chunking`` on draws the split: a
+read takes ``min(available, drawn)`` bytes, the drawn size biased towards
+small ones, so code that assumes one ``data_received`` per message fails
+under some seed.  Bytes are never lost or reordered: a read only takes
+fewer, and the rest stays queued in the kernel for the next one.
+
+OS facts relied on (Linux):
+
+- ``ioctl(fd, FIONREAD)`` on a TCP or Unix stream socket says how many
+  bytes are queued for reading; the fd stays readable (level-triggered)
+  while any remain, so the poll reports it again.
+- Only stream sockets are cut.  A datagram read takes one whole datagram
+  and drops what does not fit, so datagram sockets keep their reads as
+  they are (datagram boundaries are never perturbed).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+import termios
+from typing import Any
+
+from .seeding import Schedule
+
+__all__ = ["Chunking"]
+
+# A read takes everything it may with this probability; otherwise a size
+# drawn log-uniformly below it (1 byte about as likely as 2-3 or 4-7...).
+_WHOLE_PROBABILITY = 0.25
+_INT = struct.Struct("i")
+_ZERO = bytes(_INT.size)
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting to be read on the stream socket ``fd`` (0 if the kernel won't say)."""
+    try:
+        return int(_INT.unpack(fcntl.ioctl(fd, termios.FIONREAD, _ZERO))[0])
+    except OSError:
+        return 0
+
+
+class Chunking:
+    """The ``chunking`` policy of one seeded loop: how much each stream read may take."""
+
+    __slots__ = ("_schedule", "_perturbed", "_stream")
+
+    def __init__(self, schedule: Schedule, perturbed: Any) -> None:
+        self._schedule = schedule
+        self._perturbed = perturbed  # its iteration numbers the decisions
+        self._stream = schedule.stream("chunking")
+
+    def size(self, fd: int, wanted: int) -> int:
+        """How many of the ``wanted`` bytes a read of the stream socket ``fd`` takes now."""
+        stream = self._stream
+        # Two draws whatever happens, so a read that finds a different amount
+        # queued (a peer outside the loop) leaves later draws where they were.
+        whole = stream.random() < _WHOLE_PROBABILITY
+        fraction = stream.random()
+        available = _queued(fd)
+        limit = min(available, wanted)
+        if whole or limit <= 1:
+            return wanted
+        taken = max(1, min(limit - 1, int(limit**fraction)))
+        self._schedule.record(
+            self._perturbed.iteration, "chunking", f"fd {fd} read {taken} of {available} bytes"
+        )
+        return taken
+
+    def size_for(self, sock: socket.socket, wanted: int) -> int:
+        """``size`` for ``sock``, or ``wanted`` unchanged when ``sock`` is not a stream."""
+        if wanted <= 1 or sock.type != socket.SOCK_STREAM:
+            return wanted
+        return self.size(sock.fileno(), wanted)
