@@ -277,3 +277,47 @@ def test_seeds_refuses_tests_another_plugin_runs(pytester, runner):
     assert "--snakeloop-seeds repeats the async tests snakeloop's plugin runs itself" in (
         result.stdout.str() + result.stderr.str()
     )
+
+
+MANY_DECISIONS = """
+import asyncio
+import socket
+
+import pytest
+
+
+@pytest.mark.snakeloop(virtual_time=False, seed=7)
+async def test_busy():
+    loop = asyncio.get_running_loop()
+    pairs = [socket.socketpair() for _ in range(4)]
+    try:
+        for a, b in pairs:
+            a.setblocking(False)
+            b.setblocking(False)
+        for _ in range(20):
+            # Every reader waits first, so that the four readinesses come through one poll.
+            reads = [asyncio.ensure_future(loop.sock_recv(a, 10)) for a, _ in pairs]
+            await asyncio.sleep(0)
+            for _, b in pairs:
+                b.send(b"x")
+            await asyncio.gather(*reads)
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+    trace = loop.schedule_trace()
+    print("LAST", len(trace), repr(f"it={trace[-1].iteration} {trace[-1].kind} {trace[-1].detail}"))
+    raise AssertionError("after the I/O")
+"""
+
+
+def test_the_section_lists_the_last_ten_decisions(pytester):
+    result = run(pytester, MANY_DECISIONS, "-s", runner="plain")
+    result.assert_outcomes(failed=1)
+    count, last = re.search(r"LAST (\d+) '(.*)'", result.stdout.str()).groups()
+    assert int(count) > 10
+    section = _section(result)
+    assert _field(section, "decisions") == count
+    listed = [line for line in section.splitlines() if line.startswith("  it=")]
+    assert len(listed) == 10
+    assert listed[-1] == "  " + last
