@@ -13,6 +13,8 @@ __all__ = ["LAST_DECISIONS", "seed_section"]
 
 #: How many of the loop's last decisions the section lists.
 LAST_DECISIONS = 10
+#: How many decisions a loop's trace keeps by default.
+TRACE_LENGTH = 10_000
 
 
 def seed_section(
@@ -31,12 +33,13 @@ def seed_section(
     """
     seed = loop.seed
     perturbation = ",".join(loop.perturbation) or "none"
-    # The count of decisions is the schedule's; the trace keeps only the last ones.
-    schedule = loop._schedule
     trace = loop.schedule_trace()
+    # The loop says only its last decisions (the trace's length, TRACE_LENGTH by
+    # default): a full trace means at least that many.
+    count = f">={len(trace)}" if len(trace) >= TRACE_LENGTH else f"={len(trace)}"
     lines = [
         f"seed={seed}  perturb={perturbation}",
-        f"fingerprint={loop.schedule_fingerprint()}  decisions={schedule.decisions}",
+        f"fingerprint={loop.schedule_fingerprint()}  decisions{count}",
     ]
     if run is not None and run[1] > 1:
         lines.append(f"failed on run {run[0] + 1} of {run[1]} (runs stop at the first failure)")
