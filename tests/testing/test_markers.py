@@ -84,8 +84,6 @@ def _usage_error(pytester, source: str, *args: str) -> str:
 @pytest.mark.parametrize(
     ("marker", "issue", "feature"),
     [
-        ("seed=1234", "issue 12", "seeded scheduling"),
-        ("perturb='all'", "issue 12", "schedule perturbation"),
         ("seeds=8", "issue 12", "runs under several derived seeds"),
         ("metrics=True", "issue 13", "loop metrics"),
     ],

@@ -3,9 +3,11 @@
 ``VirtualClock`` makes ``loop.time()`` jump to the next timer when nothing
 else can happen, so an hour of ``asyncio.sleep`` takes no real time;
 ``wait_all_tasks_blocked()``, ``external()`` and ``autojump_paused()`` steer
-it from a test.  The pytest plugin (``snakeloop.testing.pytest_plugin``,
-registered as the ``snakeloop`` pytest11 entry point) runs tests on such
-loops: see its docstring for the marker, options and fixtures.
+it from a test.  ``find_seed()`` finds a seed under which an async
+function fails on a seeded loop, and ``replay()`` runs it again under one.
+The pytest plugin (``snakeloop.testing.pytest_plugin``, registered as the
+``snakeloop`` pytest11 entry point) runs tests on such loops: see its
+docstring for the marker, options and fixtures.
 
 Importing this package does not import pytest.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 from ..exceptions import DeadlockError, StallError, VirtualTimeoutError
 from ..virtualclock import VirtualClock
 from ..virtualtime import autojump_paused, external, wait_all_tasks_blocked
+from ._seeds import find_seed, replay
 
 __all__ = [
     "DeadlockError",
@@ -23,5 +26,7 @@ __all__ = [
     "VirtualTimeoutError",
     "autojump_paused",
     "external",
+    "find_seed",
+    "replay",
     "wait_all_tasks_blocked",
 ]

@@ -43,6 +43,8 @@ __all__ = [
 _SETTINGS = pytest.StashKey[Settings]()
 _STATE = pytest.StashKey["PluginState"]()
 PLAIN_RUNNER = pytest.StashKey[asyncio.Runner]()
+# The last seeded loop made for a test, for the report when it fails.
+SEEDED_LOOP = pytest.StashKey[Any]()
 
 
 def settings_of(node: Any) -> Settings:
@@ -114,6 +116,8 @@ class LoopMaker:
             raise pytest.UsageError(str(exc)) from None
         assert item is not None
         self._state.made_for[loop] = item.nodeid
+        if settings.seed is not None:
+            item.stash[SEEDED_LOOP] = loop
         return loop
 
     def __repr__(self) -> str:
@@ -187,14 +191,19 @@ def anyio_loop(config: pytest.Config, backend: Any) -> Iterator[asyncio.Abstract
         yield runner.get_loop()
 
 
-def plain_runner(item: pytest.Item) -> asyncio.Runner:
-    """The runner of a test this plugin runs itself, made on first use."""
+def plain_runner(item: pytest.Item, settings: Settings | None = None) -> asyncio.Runner:
+    """The runner of a test this plugin runs itself, made on first use.
+
+    ``settings``: those of one of the runs under ``--snakeloop-seeds`` (the
+    test's own by default).
+    """
     try:
         return item.stash[PLAIN_RUNNER]
     except KeyError:
         pass
     state = PluginState.of(item.config)
-    settings = settings_of(item)
+    if settings is None:
+        settings = settings_of(item)
 
     def factory() -> asyncio.AbstractEventLoop:
         try:
@@ -202,6 +211,8 @@ def plain_runner(item: pytest.Item) -> asyncio.Runner:
         except SettingsError as exc:
             raise pytest.UsageError(str(exc)) from None
         state.made_for[loop] = item.nodeid
+        if settings.seed is not None:
+            item.stash[SEEDED_LOOP] = loop
         return loop
 
     runner = asyncio.Runner(loop_factory=factory)

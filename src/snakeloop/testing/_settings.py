@@ -17,6 +17,8 @@ from typing import Any
 
 import snakeloop
 
+from ..perturbation import IMPLEMENTED
+from ..seeding import derive_seed, parse_perturb, parse_seed
 from ..virtualclock import VirtualClock
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "apply_to_shared_loop",
     "make_loop",
     "resolve",
+    "run_settings",
 ]
 
 Marker = tuple[str, tuple[Any, ...], Mapping[str, Any]]
@@ -39,8 +42,6 @@ EXTERNAL_TIME_MODES = ("frozen", "real")
 # Keys of mark.snakeloop that belong to features still to come: accepted at
 # their defaults so that a marker written for them parses, refused otherwise.
 _LATER = {
-    "seed": ("seeded scheduling", "issue 12"),
-    "perturb": ("schedule perturbation", "issue 12"),
     "seeds": ("runs under several derived seeds", "issue 12"),
     "metrics": ("loop metrics", "issue 13"),
 }
@@ -53,6 +54,8 @@ _SNAKELOOP_KEYS = (
     "external_time",
     "stall_timeout",
     "deadlock",
+    "seed",
+    "perturb",
     *_LATER,
 )
 
@@ -83,6 +86,14 @@ class SessionDefaults:
     virtual_time: bool = False
     # --snakeloop-deadlock / SNAKELOOP_DEADLOCK.
     deadlock: str = "raise"
+    # --snakeloop-seed / SNAKELOOP_SEED: the root every test's seed is derived from.
+    root_seed: int | None = None
+    # --snakeloop-perturb / SNAKELOOP_PERTURB: what a seeded loop perturbs.
+    perturb: str | None = None
+    # --snakeloop-replay / SNAKELOOP_REPLAY: (node id or None for every test, seed).
+    replay: tuple[str | None, int] | None = None
+    # --snakeloop-seeds / SNAKELOOP_SEEDS: runs of each test under a derived seed.
+    seeds: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +109,13 @@ class Settings:
     stall_timeout: float | None = 30.0
     deadlock: str = "raise"
     resolution: float = 1e-6
+    # The seed of the first run (None: not seeded), and what its loop perturbs.
+    seed: int | None = None
+    perturb: Any = None
+    # The root the runs' seeds derive from (None when the seed is given as is) and how
+    # many runs there are: run i uses derive_seed(seed_root, node id, i).
+    seed_root: int | None = None
+    seeds: int = 1
 
 
 def _number(where: str, key: str, value: Any, *, allow_none: bool) -> float | None:
@@ -183,6 +201,7 @@ def resolve(markers: Iterable[Marker], defaults: SessionDefaults, where: str) ->
             chosen.setdefault(key, value)
     if not (marked or defaults.snakeloop or defaults.virtual_time):
         return Settings()
+    seeding = _seeding(where, chosen, defaults)
     virtual = chosen.get("virtual_time", True if marked else defaults.virtual_time)
     if not isinstance(virtual, bool):
         raise SettingsError(
@@ -209,7 +228,41 @@ def resolve(markers: Iterable[Marker], defaults: SessionDefaults, where: str) ->
             where, "deadlock", chosen.get("deadlock", defaults.deadlock), DEADLOCK_MODES
         ),
         resolution=resolution,
+        **seeding,
     )
+
+
+def _seeding(where: str, chosen: Mapping[str, Any], defaults: SessionDefaults) -> dict:
+    """The seed fields of a test's settings: replay beats the marker's seed= beats the root."""
+    perturb = chosen.get("perturb", defaults.perturb)
+    try:
+        if perturb is not None:
+            parse_perturb(perturb, available=IMPLEMENTED)
+        marked_seed = chosen.get("seed")
+        if marked_seed is not None:
+            marked_seed = parse_seed(marked_seed)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"snakeloop: {where}: {exc}") from None
+    replay = defaults.replay
+    if replay is not None and replay[0] in (None, where):
+        return {"seed": replay[1], "perturb": perturb}
+    if marked_seed is not None:
+        return {"seed": marked_seed, "perturb": perturb}
+    root = defaults.root_seed
+    if root is not None:
+        return {
+            "seed": derive_seed(root, where),
+            "perturb": perturb,
+            "seed_root": root,
+            "seeds": defaults.seeds,
+        }
+    if "perturb" in chosen and perturb is not None:
+        # The session's --snakeloop-perturb is for the tests it seeds; a marker's is a mistake.
+        raise SettingsError(
+            f"snakeloop: {where}: perturb={perturb!r} needs a seed; add seed= to the marker "
+            "or run pytest with --snakeloop-seed=N (or random)"
+        )
+    return {}
 
 
 def _clock(settings: Settings, start: float | str) -> VirtualClock:
@@ -228,10 +281,19 @@ def _clock(settings: Settings, start: float | str) -> VirtualClock:
 
 def make_loop(settings: Settings) -> snakeloop.Loop:
     """A new snakeloop loop for a test with these settings (a fresh loop starts at 0.0)."""
-    if not settings.virtual_time:
-        return snakeloop.new_event_loop(on_deadlock=settings.deadlock)  # type: ignore[arg-type]
-    clock = _clock(settings, 0.0 if settings.start is None else settings.start)
-    return snakeloop.new_event_loop(clock=clock, on_deadlock=settings.deadlock)  # type: ignore[arg-type]
+    options: dict[str, Any] = {"on_deadlock": settings.deadlock}
+    if settings.seed is not None:
+        options.update(seed=settings.seed, perturb=settings.perturb)
+    if settings.virtual_time:
+        options["clock"] = _clock(settings, 0.0 if settings.start is None else settings.start)
+    return snakeloop.new_event_loop(**options)
+
+
+def run_settings(settings: Settings, where: str, index: int) -> Settings:
+    """The settings of run ``index`` of a test repeated under ``--snakeloop-seeds``."""
+    if settings.seed_root is None or index == 0:
+        return settings
+    return dataclasses.replace(settings, seed=derive_seed(settings.seed_root, where, index))
 
 
 def apply_to_shared_loop(loop: Any, settings: Settings, where: str) -> None:

@@ -15,8 +15,9 @@ loop time a fresh loop starts at (0.0 by default); a loop shared with other
 tests keeps its time, which ``start`` may move forward but never back.
 ``end``: the loop time at which the test fails with ``VirtualTimeoutError``.
 ``deadlock``: ``"raise"`` fails a test in which no task can ever make
-progress with ``DeadlockError``; ``"log"`` logs it.  The keys ``seed``,
-``perturb``, ``seeds`` and ``metrics`` are reserved for features to come.
+progress with ``DeadlockError``; ``"log"`` logs it.  ``seed=N`` runs the
+test on a loop seeded with N (issue 12), ``perturb=`` says what that loop
+perturbs; the keys ``seeds`` and ``metrics`` are reserved for features to come.
 looptime's ``@pytest.mark.looptime(start=, end=, idle_timeout=, ...)`` means
 the same (``idle_timeout`` is ``stall_timeout``) when looptime itself is not
 installed, and so does its ``--looptime`` option.
@@ -24,6 +25,17 @@ installed, and so does its ``--looptime`` option.
 Options [environment]: ``--snakeloop`` runs every asyncio test on snakeloop;
 ``--snakeloop-virtual-time`` [``SNAKELOOP_VIRTUAL_TIME=1``] also gives them
 virtual time; ``--snakeloop-deadlock=raise|log`` [``SNAKELOOP_DEADLOCK``].
+``--snakeloop-seed=N|random`` [``SNAKELOOP_SEED``] seeds every asyncio test
+on snakeloop with ``derive_seed(N, node id)``, so that adding a test moves
+no other test's seed (a marker's ``seed=`` is used as it is);
+``--snakeloop-perturb=LIST`` [``SNAKELOOP_PERTURB``] what seeded loops
+perturb; ``--snakeloop-replay=[NODEID@]SEED`` [``SNAKELOOP_REPLAY``] runs the
+test (every test without NODEID) under exactly SEED;
+``--snakeloop-seeds=K`` [``SNAKELOOP_SEEDS``] runs each test this plugin
+runs itself K times, run i under ``derive_seed(N, node id, i)``, on a fresh
+loop each time with the fixtures set up once, stopping at the first failure.
+A seeded test that fails gets a ``snakeloop`` report section with its seed,
+fingerprint, last decisions and the command that replays it.
 
 Fixtures: ``snakeloop_clock`` (the clock of the test's loop), ``loop_time``
 (a number that reads ``loop.time()`` whenever it is compared or converted;
@@ -52,9 +64,12 @@ from typing import Any
 import pytest
 
 from ..exceptions import DeadlockError, StallError, VirtualTimeoutError
+from ..perturbation import IMPLEMENTED
+from ..seeding import parse_perturb, parse_seed
 from ._looptime import LoopTime
 from ._pytest_loops import (
     PLAIN_RUNNER,
+    SEEDED_LOOP,
     PluginState,
     anyio_backend,
     anyio_loop,
@@ -65,20 +80,32 @@ from ._pytest_loops import (
     runner_of_pytest_asyncio,
     settings_of,
 )
-from ._settings import DEADLOCK_MODES, SessionDefaults, SettingsError, apply_to_shared_loop
+from ._seed_report import seed_section
+from ._settings import (
+    DEADLOCK_MODES,
+    SessionDefaults,
+    SettingsError,
+    apply_to_shared_loop,
+    run_settings,
+)
 
 # looptime's marker, option and fixture are looptime's own when it is installed.
 _LOOPTIME_INSTALLED = importlib.util.find_spec("looptime") is not None
 
 _SNAKELOOP_MARKER = (
     "snakeloop(virtual_time=True, start=None, end=None, autojump_threshold=0, "
-    "external_time='frozen', stall_timeout=30, deadlock='raise'): run the async test on a "
-    "snakeloop loop, with virtual time unless virtual_time=False"
+    "external_time='frozen', stall_timeout=30, deadlock='raise', seed=None, perturb=None): "
+    "run the async test on a snakeloop loop, with virtual time unless virtual_time=False; "
+    "seed=N seeds its scheduling"
 )
 _LOOPTIME_MARKER = (
     "looptime(start=0, end=None, idle_timeout=30, ...): looptime's marker, run on snakeloop "
     "with virtual time (idle_timeout is snakeloop's stall_timeout)"
 )
+
+# Fixtures that hold the test's loop, which --snakeloop-seeds replaces run by run.
+_LOOP_FIXTURES = frozenset({"snakeloop_clock", "loop_time", "looptime"})
+_SEED_RUN = pytest.StashKey[tuple[int, int]]()
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -98,6 +125,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run every asyncio test on snakeloop with virtual time "
         "(environment: SNAKELOOP_VIRTUAL_TIME=1)",
+    )
+    group.addoption(
+        "--snakeloop-seed",
+        default=None,
+        metavar="N|random",
+        help="seed the scheduling of every asyncio test on snakeloop; each test's seed is "
+        "derived from N and its node id (environment: SNAKELOOP_SEED)",
+    )
+    group.addoption(
+        "--snakeloop-perturb",
+        default=None,
+        metavar="LIST",
+        help="what a seeded loop perturbs: none, default, all or names separated by commas "
+        "(environment: SNAKELOOP_PERTURB)",
+    )
+    group.addoption(
+        "--snakeloop-replay",
+        default=None,
+        metavar="[NODEID@]SEED",
+        help="run the test (every test when NODEID is left out) under exactly this seed "
+        "(environment: SNAKELOOP_REPLAY)",
+    )
+    group.addoption(
+        "--snakeloop-seeds",
+        default=None,
+        metavar="K",
+        help="run each seeded test K times under seeds derived from the root seed, stopping "
+        "at the first failure (environment: SNAKELOOP_SEEDS)",
     )
     group.addoption(
         "--snakeloop-deadlock",
@@ -134,11 +189,65 @@ def _session_defaults(config: pytest.Config) -> SessionDefaults:
             raise pytest.UsageError(
                 f"snakeloop: SNAKELOOP_DEADLOCK={deadlock!r} must be raise, log or ignore"
             )
+    seeding = _session_seeding(config)
     return SessionDefaults(
-        snakeloop=bool(config.getoption("snakeloop")) or virtual,
+        snakeloop=bool(config.getoption("snakeloop"))
+        or virtual
+        or bool({"root_seed", "replay"} & seeding.keys()),
         virtual_time=virtual,
         deadlock=deadlock,
+        **seeding,
     )
+
+
+def _option(config: pytest.Config, name: str, variable: str) -> tuple[str, str | None]:
+    """The option's value, else the environment's, with the name to blame for a bad one."""
+    value = config.getoption(name)
+    if value is not None:
+        return f"--{name.replace('_', '-')}", value
+    return variable, os.environ.get(variable) or None
+
+
+def _session_seeding(config: pytest.Config) -> dict[str, Any]:
+    """The seed options: an empty dict when the session asks for no seeding."""
+    found: dict[str, Any] = {}
+    source, seeds = _option(config, "snakeloop_seeds", "SNAKELOOP_SEEDS")
+    if seeds is not None:
+        if not seeds.strip().isdecimal() or int(seeds) < 1:
+            raise pytest.UsageError(f"snakeloop: {source}={seeds!r} must be a whole number >= 1")
+        found["seeds"] = int(seeds)
+    source, root = _option(config, "snakeloop_seed", "SNAKELOOP_SEED")
+    if root is None and seeds is not None:
+        root = "random"  # the header says which, for the session to be run again
+    if root is not None:
+        try:
+            found["root_seed"] = parse_seed(root)
+        except (TypeError, ValueError) as exc:
+            raise pytest.UsageError(f"snakeloop: {source}: {exc}") from None
+    source, replay = _option(config, "snakeloop_replay", "SNAKELOOP_REPLAY")
+    if replay is not None:
+        nodeid, _, seed = replay.rpartition("@")
+        try:
+            found["replay"] = (nodeid or None, parse_seed(seed))
+        except (TypeError, ValueError) as exc:
+            raise pytest.UsageError(
+                f"snakeloop: {source}={replay!r} is [NODEID@]SEED: {exc}"
+            ) from None
+    source, perturb = _option(config, "snakeloop_perturb", "SNAKELOOP_PERTURB")
+    if perturb is not None:
+        try:
+            parse_perturb(perturb, available=IMPLEMENTED)
+        except ValueError as exc:
+            raise pytest.UsageError(f"snakeloop: {source}: {exc}") from None
+        found["perturb"] = perturb
+    return found
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    root = PluginState.of(config).defaults.root_seed
+    if root is None:
+        return None
+    return f"snakeloop: root seed {root} (run this session again with --snakeloop-seed={root})"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -231,8 +340,15 @@ def _prepare(item: pytest.Item, loop: Any) -> None:
 @pytest.hookimpl(wrapper=True, specname="pytest_pyfunc_call")
 def pytest_pyfunc_call_on_its_loop(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
     """Set up the loop pytest-asyncio or anyio will run the test on."""
-    if not settings_of(pyfuncitem).enabled:
+    settings = settings_of(pyfuncitem)
+    if not settings.enabled:
         return (yield)
+    if settings.seeds > 1 and not is_plain_async_test(pyfuncitem):
+        raise pytest.UsageError(
+            f"snakeloop: --snakeloop-seeds repeats the async tests snakeloop's plugin runs "
+            f"itself, and {pyfuncitem.nodeid} runs under pytest-asyncio or anyio, which make "
+            "its loop once; run it with -p no:asyncio -p no:anyio, or without --snakeloop-seeds"
+        )
     if is_pytest_asyncio_test(pyfuncitem):
         runner = runner_of_pytest_asyncio(pyfuncitem, pyfuncitem._request)
         _prepare(pyfuncitem, runner.get_loop())
@@ -250,11 +366,33 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run an ``async def`` test on snakeloop when no other plugin does."""
     if not settings_of(pyfuncitem).enabled or not is_plain_async_test(pyfuncitem):
         return None
-    runner = plain_runner(pyfuncitem)
+    settings = settings_of(pyfuncitem)
     funcargs = pyfuncitem.funcargs
     arguments = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-    runner.run(pyfuncitem.obj(**arguments))
+    runs = settings.seeds
+    if runs > 1:
+        held = sorted(_LOOP_FIXTURES.intersection(pyfuncitem.fixturenames))
+        if held:
+            raise pytest.UsageError(
+                f"snakeloop: --snakeloop-seeds runs {pyfuncitem.nodeid} on a fresh loop each "
+                f"time, and its fixtures {', '.join(held)} hold the first one; run it without "
+                "--snakeloop-seeds or without those fixtures"
+            )
+    # Each run under its own seed on a fresh loop; the fixtures are set up once for all.
+    for index in range(runs):
+        if index:
+            _close_plain_runner(pyfuncitem)
+        pyfuncitem.stash[_SEED_RUN] = (index, runs)
+        runner = plain_runner(pyfuncitem, run_settings(settings, pyfuncitem.nodeid, index))
+        runner.run(pyfuncitem.obj(**arguments))
     return True
+
+
+def _close_plain_runner(item: pytest.Item) -> None:
+    runner = item.stash.get(PLAIN_RUNNER, None)
+    if runner is not None:
+        del item.stash[PLAIN_RUNNER]
+        runner.close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -265,10 +403,7 @@ def pytest_runtest_teardown(
     try:
         return (yield)
     finally:
-        runner = item.stash.get(PLAIN_RUNNER, None)
-        if runner is not None:
-            del item.stash[PLAIN_RUNNER]
-            runner.close()
+        _close_plain_runner(item)
 
 
 # ---------------------------------------------------------------- the report on failure
@@ -299,10 +434,33 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if call.excinfo is not None:
-        text = _loop_report(call.excinfo.value)
+        seeded = _seed_report(item) if call.when == "call" else ""
+        parts = [seeded, _loop_report(call.excinfo.value)]
+        text = "\n\n".join(part for part in parts if part)
         if text:
             report.sections.append(("snakeloop", text))
     return report
+
+
+def _seed_report(item: pytest.Item) -> str:
+    loop = item.stash.get(SEEDED_LOOP, None)
+    if loop is None:
+        return ""
+    state = PluginState.of(item.config)
+    made_for = state.made_for.get(loop)
+    # What the replay needs besides the seed: the session options that shape the loop.
+    extra: list[str] = []
+    if state.defaults.perturb is not None:
+        extra.append(f"--snakeloop-perturb={state.defaults.perturb}")
+    if state.defaults.virtual_time:
+        extra.append("--snakeloop-virtual-time")
+    return seed_section(
+        loop,
+        item.nodeid,
+        extra_args=tuple(extra),
+        run=item.stash.get(_SEED_RUN, None),
+        shared_with=made_for if made_for not in (None, item.nodeid) else None,
+    )
 
 
 # ---------------------------------------------------------------- fixtures

@@ -1,0 +1,61 @@
+"""The ``snakeloop`` report section of a seeded test that failed: its seed and how to replay it.
+
+Kept free of pytest: it reads a seeded loop (open or closed) and the
+test's node id, and returns text.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+__all__ = ["LAST_DECISIONS", "seed_section"]
+
+#: How many of the loop's last decisions the section lists.
+LAST_DECISIONS = 10
+#: How many decisions a loop's trace keeps by default.
+TRACE_LENGTH = 10_000
+
+
+def seed_section(
+    loop: Any,
+    nodeid: str,
+    *,
+    extra_args: tuple[str, ...] = (),
+    run: tuple[int, int] | None = None,
+    shared_with: str | None = None,
+) -> str:
+    """What a seeded ``loop`` chose, for the failed test ``nodeid``.
+
+    ``extra_args``: session options the replay needs besides the seed.
+    ``run``: (index, runs) when ``--snakeloop-seeds`` repeats the test.
+    ``shared_with``: the test the loop was made for, when it is another one.
+    """
+    seed = loop.seed
+    perturbation = ",".join(loop.perturbation) or "none"
+    trace = loop.schedule_trace()
+    # The loop says only its last decisions (the trace's length, TRACE_LENGTH by
+    # default): a full trace means at least that many.
+    count = f">={len(trace)}" if len(trace) >= TRACE_LENGTH else f"={len(trace)}"
+    lines = [
+        f"seed={seed}  perturb={perturbation}",
+        f"fingerprint={loop.schedule_fingerprint()}  decisions{count}",
+    ]
+    if run is not None and run[1] > 1:
+        lines.append(f"failed on run {run[0] + 1} of {run[1]} (runs stop at the first failure)")
+    command = ["pytest", nodeid, f"--snakeloop-replay={seed}", *extra_args]
+    if shared_with is not None:
+        lines.append(f"this loop was made for {shared_with}, which other tests share")
+        command[1] = shared_with
+    lines.append("replay:  " + " ".join(_quote(part) for part in command))
+    if trace:
+        lines.append("last decisions:")
+        lines.extend(f"  it={d.iteration} {d.kind} {d.detail}" for d in trace[-LAST_DECISIONS:])
+    return "\n".join(lines)
+
+
+def _quote(part: str) -> str:
+    # Node ids always quoted (their brackets and colons), as the copy-paste line shows.
+    if "::" in part or "[" in part:
+        return "'" + part.replace("'", "'\\''") + "'"
+    return shlex.quote(part)
