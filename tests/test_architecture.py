@@ -180,6 +180,8 @@ TESTING_MAY_IMPORT = frozenset(
         "snakeloop.virtualtime",
         "snakeloop.exceptions",
         "snakeloop.insight",
+        "snakeloop.seeding",
+        "snakeloop.perturbation",
     }
 )
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .loop import Loop
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from typing import TypedDict, Unpack
 
     from ._io import IOBackend
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
         stdlib_futures: bool
         io_backend: IOBackend | None
         on_deadlock: Literal["raise", "log", "ignore"] | None
+        seed: int | str | None
+        perturb: str | Iterable[str] | Mapping[str, object] | None
+        trace: int
 
 
 __all__ = ["EventLoopPolicy", "Runner", "install", "loop_factory", "new_event_loop", "run"]

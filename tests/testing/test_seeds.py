@@ -7,11 +7,15 @@ import re
 
 import pytest
 
-from snakeloop.seeding import derive_seed
+from snakeloop.perturbation import IMPLEMENTED
+from snakeloop.seeding import DEFAULT_DIMENSIONS, derive_seed
 from snakeloop.testing import replay
 
 from . import _race
 from ._pluginkit import RUNNERS, run
+
+# What a seed turns on by default: the design's default dimensions this build has.
+DEFAULT_PERTURB = ",".join(name for name in DEFAULT_DIMENSIONS if name in IMPLEMENTED)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,7 +147,7 @@ def _seeds(result: pytest.RunResult) -> dict[str, list[tuple[int, str]]]:
 
 def test_seeds_are_derived_from_the_root_and_the_node_id_only(pytester):
     first = _seeds(run(pytester, SEEDS_SEEN, "-s", "--snakeloop-seed=77", runner="plain"))
-    assert first["one"] == [(derive_seed(77, "test_inner.py::test_one"), "io_order,io_delay")]
+    assert first["one"] == [(derive_seed(77, "test_inner.py::test_one"), DEFAULT_PERTURB)]
     # The marker's seed is used as it is, with its perturb.
     assert first["marked"] == [(1234, "io_delay")]
     # Another test before it, and another run: test_one's seed stays.
@@ -178,7 +182,7 @@ def test_replay_of_one_node_id_leaves_the_others(pytester):
     )
     seen = _seeds(result)
     assert seen["marked"] == [(42, "io_delay")]  # the replay beats the marker's seed
-    assert seen["one"] == [(derive_seed(9, "test_inner.py::test_one"), "io_order,io_delay")]
+    assert seen["one"] == [(derive_seed(9, "test_inner.py::test_one"), DEFAULT_PERTURB)]
 
 
 def test_environment_variables(pytester, monkeypatch):
@@ -221,9 +225,9 @@ def test_a_random_root_is_shown_in_the_header(pytester):
             "snakeloop: --snakeloop-replay='x@y' is [NODEID@]SEED: a seed is a whole number",
         ),
         (
-            ("--snakeloop-seed=1", "--snakeloop-perturb=chunking"),
+            ("--snakeloop-seed=1", "--snakeloop-perturb=io_latency"),
             "",
-            "snakeloop: --snakeloop-perturb: perturbation 'chunking' is not available yet",
+            "snakeloop: --snakeloop-perturb: perturbation 'io_latency' is not available yet",
         ),
         (
             (),
