@@ -454,3 +454,41 @@ def test_signal_handlers_are_deferred_in_the_order_the_signals_came():
         finally:
             loop.close()
     assert deferred > 5
+
+
+# -- replay, decision by decision ------------------------------------------------------------
+
+
+def record(main, seed, **options):
+    loop = snakeloop.new_event_loop(seed=seed, **options)
+    try:
+        result = loop.run_until_complete(main())
+        return result, loop.schedule_fingerprint(), loop.schedule_trace()
+    finally:
+        loop.close()
+
+
+def test_a_replay_with_every_peer_inside_matches_its_recording():
+    from snakeloop.seeding import ReplayDivergenceWarning
+
+    result, fingerprint, trace = record(bank, 7)
+    assert trace  # decisions were made
+    # Warnings are errors in this suite: a divergence would fail the test here.
+    again = record(bank, 7, replay=trace)
+    assert again[:2] == (result, fingerprint)
+    with pytest.warns(ReplayDivergenceWarning, match=r"^snakeloop: replay of seed 8 diverged at"):
+        record(bank, 8, replay=trace)  # another seed's choices: not this recording
+
+
+def test_a_replay_that_ends_early_is_not_called_a_replay():
+    from snakeloop.seeding import ReplayDivergenceWarning
+
+    _, _, trace = record(bank, 7)
+    longer = [*trace, trace[-1]]
+    loop = snakeloop.new_event_loop(seed=7, replay=longer)
+    loop.run_until_complete(bank())
+    with pytest.warns(ReplayDivergenceWarning, match="ended after"):
+        loop.close()
+    assert "ended after" in loop.schedule_divergence()
+    with pytest.raises(ValueError, match="replay= needs seed="):
+        snakeloop.new_event_loop(replay=trace)

@@ -201,6 +201,7 @@ class Loop(
         seed: int | str | None = None,
         perturb: str | Iterable[str] | Mapping[str, object] | None = None,
         trace: int = 10_000,
+        replay: Iterable[Any] | None = None,
     ) -> None:
         if on_deadlock is None:
             on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
@@ -222,10 +223,15 @@ class Loop(
             from .seeding import Schedule, parse_perturb, parse_seed
 
             schedule = Schedule(
-                parse_seed(seed), parse_perturb(perturb, available=IMPLEMENTED), trace
+                parse_seed(seed),
+                parse_perturb(perturb, available=IMPLEMENTED),
+                trace,
+                None if replay is None else list(replay),
             )
             if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
                 raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
+        elif replay is not None:
+            raise ValueError("replay= needs seed=: give the seed of the run that was recorded")
         elif perturb is not None:
             raise ValueError(
                 "perturb= needs seed=: the seed is what makes a perturbed run replayable"
@@ -389,6 +395,8 @@ class Loop(
             logger.debug("Close %r", self)
         self._closed = True
         self._ready.clear()
+        if self._schedule is not None:
+            self._schedule.finish()
         for inbox in (self._inbox, self._signal_inbox):
             if inbox is not None:
                 inbox.clear()
@@ -484,6 +492,10 @@ class Loop(
         self._inbox.put(thread, handle)
         self._waker.wake()
         return handle
+
+    def schedule_divergence(self) -> str | None:
+        """How a replay (``replay=``) first differed from its recording, or None."""
+        return None if self._schedule is None else self._schedule.divergence  # type: ignore[no-any-return]
 
     def _is_internal_fd(self, fd: int) -> bool:
         return fd == self._waker_fd or fd in self._internal_readers

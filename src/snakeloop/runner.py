@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         seed: int | str | None
         perturb: str | Iterable[str] | Mapping[str, object] | None
         trace: int
+        replay: Iterable[Any] | None
 
 
 __all__ = ["EventLoopPolicy", "Runner", "install", "loop_factory", "new_event_loop", "run"]

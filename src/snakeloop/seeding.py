@@ -22,13 +22,15 @@ import collections
 import hashlib
 import random
 import secrets
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
     "DIMENSIONS",
     "Decision",
+    "ReplayDivergenceWarning",
     "Schedule",
     "derive_seed",
     "parse_perturb",
@@ -60,6 +62,10 @@ class Decision(NamedTuple):
     iteration: int
     kind: str
     detail: str
+
+
+class ReplayDivergenceWarning(RuntimeWarning):
+    """A replay made a choice the recorded run did not: what follows is not a replay."""
 
 
 def parse_seed(value: object) -> int:
@@ -126,10 +132,29 @@ def parse_perturb(
 class Schedule:
     """The seed, the dimensions' random streams and the record of what they chose."""
 
-    __slots__ = ("seed", "perturbation", "_streams", "_hash", "_trace", "_count")
+    __slots__ = (
+        "seed",
+        "perturbation",
+        "_streams",
+        "_hash",
+        "_trace",
+        "_count",
+        "_expected",
+        "divergence",
+    )
 
-    def __init__(self, seed: int, perturbation: Mapping[str, object], trace: int = 10_000) -> None:
+    def __init__(
+        self,
+        seed: int,
+        perturbation: Mapping[str, object],
+        trace: int = 10_000,
+        expected: Sequence[Decision] | None = None,
+    ) -> None:
+        """``expected``: the whole trace of a recorded run, to replay it decision by decision."""
         self.seed = seed
+        self._expected = None if expected is None else [Decision(*d) for d in expected]
+        #: The first difference from the recorded run, once there is one.
+        self.divergence: str | None = None
         self.perturbation = dict(perturbation)
         self._streams: dict[str, random.Random] = {}
         self._hash = hashlib.blake2b(digest_size=16)
@@ -148,7 +173,36 @@ class Schedule:
         """Add a decision to the fingerprint and the trace."""
         self._count += 1
         self._hash.update(f"\n{iteration} {kind} {detail}".encode())
-        self._trace.append(Decision(iteration, kind, detail))
+        decision = Decision(iteration, kind, detail)
+        self._trace.append(decision)
+        expected = self._expected
+        if expected is not None and self.divergence is None:
+            index = self._count - 1
+            if index >= len(expected):
+                self._diverged(f"the recorded run made {len(expected)} decisions, this one more")
+            elif expected[index] != decision:
+                recorded = expected[index]
+                self._diverged(
+                    f"diverged at decision {self._count} (iteration {iteration}): recorded "
+                    f"'{recorded.kind} {recorded.detail}' at iteration {recorded.iteration}, "
+                    f"observed '{kind} {detail}'"
+                )
+
+    def finish(self) -> None:
+        """The run is over: a replay that made fewer decisions than the recording diverged."""
+        expected = self._expected
+        if expected is not None and self.divergence is None and self._count < len(expected):
+            self._diverged(
+                f"ended after {self._count} decisions; the recorded run made {len(expected)}"
+            )
+
+    def _diverged(self, what: str) -> None:
+        self.divergence = (
+            f"snakeloop: replay of seed {self.seed} {what}. The run depends on timing outside "
+            "the loop (a peer, a thread or a process it does not control); results after this "
+            "point are not a replay."
+        )
+        warnings.warn(self.divergence, ReplayDivergenceWarning, stacklevel=4)
 
     @property
     def decisions(self) -> int:
