@@ -197,8 +197,9 @@ def violations_of_the_testing_rule(source: str, path: str, module: str) -> list[
 
     The testing package builds loops as its users do, through the facade
     and the public modules of virtual time and reports, so that it tests
-    what they get; only its pytest plugin modules import pytest, so that
-    ``import snakeloop.testing`` works without the test extras.
+    what they get; only its pytest plugin modules import pytest, and only
+    its Hypothesis hook imports hypothesis, so that ``import snakeloop.testing``
+    works without the test extras.
     """
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     found = []
@@ -208,6 +209,9 @@ def violations_of_the_testing_rule(source: str, path: str, module: str) -> list[
             allowed = _in(name, TESTING) or name in TESTING_MAY_IMPORT
         elif top == "pytest":
             allowed = _is_pytest_plugin_module(module)
+        elif top == "hypothesis":
+            # Its entry point's hook, called by Hypothesis itself.
+            allowed = module == "snakeloop.testing._hypothesis"
         else:
             allowed = top in sys.stdlib_module_names or top in _TYPE_CHECKING_ONLY
         if not allowed:

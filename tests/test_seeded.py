@@ -30,7 +30,7 @@ def test_seeds_parse_and_derive():
     assert 0 <= parse_seed("random") < 2**64
     with pytest.raises(ValueError, match="whole number from 0 to 2\\*\\*64-1"):
         parse_seed(-1)
-    with pytest.raises(ValueError, match="or 'random'"):
+    with pytest.raises(ValueError, match="'random' or 'draw'"):
         parse_seed("12a")
     with pytest.raises(TypeError, match="not float"):
         parse_seed(1.5)
@@ -492,3 +492,36 @@ def test_a_replay_that_ends_early_is_not_called_a_replay():
     assert "ended after" in loop.schedule_divergence()
     with pytest.raises(ValueError, match="replay= needs seed="):
         snakeloop.new_event_loop(replay=trace)
+
+
+# -- Hypothesis ----------------------------------------------------------------------------
+
+
+def test_hypothesis_seeds_the_draws_of_each_example():
+    from hypothesis import given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
+    from snakeloop.testing._hypothesis import _hypothesis_setup_hook
+
+    _hypothesis_setup_hook()  # what Hypothesis's entry point does when installed
+
+    def drawn_seeds():
+        seen = []
+
+        @hypothesis_seed(5)
+        @settings(max_examples=8, database=None, derandomize=False)
+        @given(st.random_module())  # Hypothesis varies, and replays, registered randoms
+        def example(_):
+            loop = snakeloop.new_event_loop(seed="draw")
+            try:
+                seen.append(loop.seed)
+            finally:
+                loop.close()
+
+        example()
+        return seen
+
+    first = drawn_seeds()
+    assert len(set(first)) > 1  # each example draws its own
+    assert drawn_seeds() == first  # and Hypothesis gives the same example the same seed

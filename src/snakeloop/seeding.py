@@ -68,19 +68,31 @@ class ReplayDivergenceWarning(RuntimeWarning):
     """A replay made a choice the recorded run did not: what follows is not a replay."""
 
 
+#: Where ``seed="draw"`` takes its seeds from.  snakeloop's Hypothesis hook
+#: registers it (``hypothesis.register_random``), so that inside ``@given``
+#: Hypothesis seeds it for each example and replays a failing one's seeds.
+ROOT_RANDOM = random.Random()
+
+
 def parse_seed(value: object) -> int:
-    """A seed from an int, a decimal string, or ``"random"`` (a fresh one)."""
+    """A seed from an int, a decimal string, ``"random"`` (a fresh one) or ``"draw"``.
+
+    ``"draw"`` takes the next seed from ``ROOT_RANDOM``: under Hypothesis,
+    the same example draws the same seeds.
+    """
     if isinstance(value, str):
         text = value.strip()
         if text == "random":
             return secrets.randbits(64)
+        if text == "draw":
+            return ROOT_RANDOM.getrandbits(64)
         if not text.isdecimal():
             raise ValueError(
-                f"a seed is a whole number from 0 to 2**64-1 or 'random', got {value!r}"
+                f"a seed is a whole number from 0 to 2**64-1, 'random' or 'draw', got {value!r}"
             )
         value = int(text)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"a seed is a whole number or 'random', not {type(value).__name__}")
+        raise TypeError(f"a seed is a whole number, 'random' or 'draw', not {type(value).__name__}")
     if not 0 <= value < SEED_LIMIT:
         raise ValueError(f"a seed is a whole number from 0 to 2**64-1, got {value}")
     return value
