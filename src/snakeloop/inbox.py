@@ -20,6 +20,7 @@ the loop; everything else runs in the loop's thread, at its poll.
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,15 @@ class Inbox:
     def put(self, thread: int, handle: Any) -> None:
         """From any thread: a handle to hand on later (the caller wakes the loop)."""
         self._arrivals.append((thread, handle))
+
+    def arrive(self, loop_thread: int | None, handle: Any) -> None:
+        """``call_soon_threadsafe``'s handle: the loop's own thread (or a loop not
+        running) queues it at once, as always; another thread's waits here."""
+        thread = threading.get_ident()
+        if loop_thread is None or thread == loop_thread:
+            self._deliver(handle)
+        else:
+            self._arrivals.append((thread, handle))
 
     def holding(self) -> bool:
         """Whether a callback waits here (the loop must not sleep or jump)."""

@@ -183,7 +183,6 @@ class Loop(
     # A seeded loop's schedule (snakeloop.seeding) and its perturbed poll.
     _schedule: Any = None
     _perturbed: Any = None
-    _inbox: Any = None
     # Where a seeded loop's signal handlers wait (perturb "signals"), or None.
     _signal_inbox: Any = None
     # A seeded loop's chunking policy (snakeloop.chunking), when that dimension is on.
@@ -250,8 +249,7 @@ class Loop(
             if "threadsafe" in schedule.perturbation:
                 from .inbox import Inbox
 
-                self._inbox = perturbed.inbox = Inbox(schedule, self._ready.append)
-                self.__dict__["call_soon_threadsafe"] = self._call_soon_threadsafe_via_inbox
+                self._threadsafe_inbox = perturbed.inbox = Inbox(schedule, self._ready.append)
             if "signals" in schedule.perturbation:
                 from .inbox import Inbox
 
@@ -397,7 +395,7 @@ class Loop(
         self._ready.clear()
         if self._schedule is not None:
             self._schedule.finish()
-        for inbox in (self._inbox, self._signal_inbox):
+        for inbox in (self._threadsafe_inbox, self._signal_inbox):
             if inbox is not None:
                 inbox.clear()
         self._scheduled.clear()
@@ -475,23 +473,6 @@ class Loop(
                 self._perturbed.iteration, "timer_ties", f"place {place} of {count}"
             )
         return timer
-
-    def _call_soon_threadsafe_via_inbox(
-        self, callback: Callable[..., object], *args: Any, context: Context | None = None
-    ) -> asyncio.Handle:
-        thread = threading.get_ident()
-        if self._thread_id is None or thread == self._thread_id:
-            return CoreLoop.call_soon_threadsafe(self, callback, *args, context=context)
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        if self._debug:
-            self._check_callback(callback, "call_soon_threadsafe")
-        handle = Handle(callback, args, self, context)
-        if handle._source_traceback:
-            del handle._source_traceback[-1]
-        self._inbox.put(thread, handle)
-        self._waker.wake()
-        return handle
 
     def schedule_divergence(self) -> str | None:
         """How a replay (``replay=``) first differed from its recording, or None."""

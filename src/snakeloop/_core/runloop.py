@@ -165,6 +165,7 @@ class CoreLoop:
         "_fileobjs",
         "_current_handle",
         "_block_forever",
+        "_threadsafe_inbox",
         "slow_callback_duration",
     )
 
@@ -184,6 +185,9 @@ class CoreLoop:
         self._poll = io_backend.poll
         self._waker = waker
         self._waker_fd = waker.fileno()
+        # A seeded loop's inbox for other threads' calls (snakeloop.inbox),
+        # or None: one test on the thread-safe path, none on the hot one.
+        self._threadsafe_inbox = None
         # fd -> drain(): fds the core reads itself while it collects the
         # ready fds (see _add_internal_reader).  The waker is not in it: it
         # is checked first, by number, and must not keep the poll from being
@@ -274,7 +278,11 @@ class CoreLoop:
         # when the loop sleeps: the syscall also hands the GIL over, so
         # threads flooding the loop with callbacks cannot outrun it and grow
         # the deque without bound.  The eventfd never fills up.
-        self._ready.append(handle)
+        inbox = self._threadsafe_inbox
+        if inbox is None:
+            self._ready.append(handle)
+        else:
+            inbox.arrive(self._thread_id, handle)
         self._waker.wake()
         return handle
 
