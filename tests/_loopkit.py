@@ -21,6 +21,7 @@ import os
 import re
 import socket
 import stat
+import subprocess
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
@@ -487,6 +488,19 @@ LIST_FDS_SCRIPT = (
     "    fds.append(int(name))\n"
     "print(sorted(fds))\n"
 )
+
+
+def run_under_snakeloop(
+    script: Any, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m snakeloop [args] script`` in a child, with ``env`` added to ours."""
+    return subprocess.run(
+        [sys.executable, "-m", "snakeloop", *args, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import re
 import time
 
 import pytest
+from _loopkit import run_under_snakeloop
 from testing._pluginkit import plugin_args
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
@@ -44,22 +45,13 @@ def test_the_virtual_time_example_passes_in_milliseconds(pytester, options):
 
 
 def test_the_race_example_fails_under_some_seed_and_replays(tmp_path):
-    import os
     import re
-    import subprocess
-    import sys
 
     script = tmp_path / "race.py"
     script.write_text(readme_examples()["race.py"])
 
     def run(*args, env=None):
-        return subprocess.run(
-            [sys.executable, "-m", "snakeloop", *args, str(script)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, **(env or {})},
-        )
+        return run_under_snakeloop(script, *args, env=env)
 
     assert run().returncode == 0  # unseeded, the kernel's order hides the race
     for seed in range(40):

@@ -11,6 +11,8 @@ import asyncio
 import socket
 
 import pytest
+from _loopkit import run_under_snakeloop
+from _race import bank
 
 import snakeloop
 from snakeloop.perturbation import IMPLEMENTED
@@ -71,52 +73,7 @@ def test_a_loop_says_its_seed_and_refuses_perturb_without_one():
         snakeloop.new_event_loop(perturb="io_order")
 
 
-# -- a race asyncio can produce --------------------------------------------------------
-
-
-async def bank():
-    """Withdraw twice from 100: the second withdrawal is triggered over another connection.
-
-    The server answers the first request and sends the trigger in one
-    callback, so both connections become readable in one poll.  If the
-    trigger is handled first, the second check still sees 100: overdrawn.
-    """
-    loop = asyncio.get_running_loop()
-    account = {"balance": 100}
-    reply_a, serve_a = socket.socketpair()
-    trigger_b, serve_b = socket.socketpair()
-    for sock in (reply_a, serve_a, trigger_b, serve_b):
-        sock.setblocking(False)
-    try:
-
-        def server_reads():
-            serve_a.recv(100)
-            serve_a.send(b"ok")  # the answer to the first withdrawal
-            serve_b.send(b"go")  # and, at once, the second one's trigger
-
-        loop.add_reader(serve_a, server_reads)
-
-        async def withdraw(amount, before_act):
-            if account["balance"] >= amount:
-                await before_act()
-                account["balance"] -= amount
-
-        async def round_trip():
-            await loop.sock_sendall(reply_a, b"req")
-            await loop.sock_recv(reply_a, 100)
-
-        async def no_wait():
-            pass
-
-        first = asyncio.create_task(withdraw(60, round_trip))
-        await loop.sock_recv(trigger_b, 100)
-        await withdraw(60, no_wait)
-        await first
-        loop.remove_reader(serve_a)
-        return account["balance"]
-    finally:
-        for sock in (reply_a, serve_a, trigger_b, serve_b):
-            sock.close()
+# -- a race asyncio can produce (_race.bank) -------------------------------------------
 
 
 def run_seeded(main, seed, **options):
@@ -283,10 +240,7 @@ def test_timers_of_one_deadline_fire_in_every_order_and_others_keep_theirs():
 
 def test_a_script_that_dies_under_a_seed_prints_how_to_replay_it(tmp_path):
     import inspect
-    import os
     import re
-    import subprocess
-    import sys
 
     script = tmp_path / "racy.py"
     script.write_text(
@@ -297,13 +251,7 @@ def test_a_script_that_dies_under_a_seed_prints_how_to_replay_it(tmp_path):
     )
 
     def run(*args, env=None):
-        return subprocess.run(
-            [sys.executable, "-m", "snakeloop", *args, str(script)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, **(env or {})},
-        )
+        return run_under_snakeloop(script, *args, env=env)
 
     for seed in range(40):
         first = run("--seed", str(seed))

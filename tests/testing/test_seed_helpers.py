@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from _race import bank
 
 from snakeloop.testing import find_seed, replay
-
-from ._race import bank
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 import re
 
+import _race
 import pytest
 
 from snakeloop.perturbation import IMPLEMENTED
 from snakeloop.seeding import DEFAULT_DIMENSIONS, derive_seed
 from snakeloop.testing import replay
 
-from . import _race
 from ._pluginkit import RUNNERS, run
 
 # What a seed turns on by default: the design's default dimensions this build has.

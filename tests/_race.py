@@ -11,6 +11,12 @@ import socket
 
 
 async def bank():
+    """Withdraw twice from 100: the second withdrawal is triggered over another connection.
+
+    The server answers the first request and sends the trigger in one
+    callback, so both connections become readable in one poll.  If the
+    trigger is handled first, the second check still sees 100: overdrawn.
+    """
     loop = asyncio.get_running_loop()
     account = {"balance": 100}
     reply_a, serve_a = socket.socketpair()
@@ -21,8 +27,8 @@ async def bank():
 
         def server_reads():
             serve_a.recv(100)
-            serve_a.send(b"ok")
-            serve_b.send(b"go")
+            serve_a.send(b"ok")  # the answer to the first withdrawal
+            serve_b.send(b"go")  # and, at once, the second one's trigger
 
         loop.add_reader(serve_a, server_reads)
 
