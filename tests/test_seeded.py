@@ -473,3 +473,54 @@ def test_hypothesis_seeds_the_draws_of_each_example():
     first = drawn_seeds()
     assert len(set(first)) > 1  # each example draws its own
     assert drawn_seeds() == first  # and Hypothesis gives the same example the same seed
+
+
+# -- shutdown ----------------------------------------------------------------------------
+
+
+async def leave_tasks_behind(count, cancelled):
+    async def linger(index):
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.append(index)
+
+    for index in range(count):
+        asyncio.create_task(linger(index))
+    await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("stdlib_futures", [False, True], ids=["snake-tasks", "c-tasks"])
+def test_leftover_tasks_are_cancelled_in_the_order_they_were_made(stdlib_futures):
+    # asyncio.Runner cancels them in a set's order, which follows their addresses; on a
+    # seeded loop that would make the shutdown of a replay differ from its recording.
+    for seed in range(5):
+        cancelled = []
+        snakeloop.run(leave_tasks_behind(60, cancelled), seed=seed, stdlib_futures=stdlib_futures)
+        assert cancelled == list(range(60))
+
+
+def test_a_leftover_that_fails_on_cancel_is_reported_as_asyncio_reports_it():
+    async def main():
+        async def refuses():
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                raise ValueError("refused")  # noqa: B012
+
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: seen.append((context["message"], repr(context["exception"])))
+        )
+        asyncio.create_task(refuses())
+        await asyncio.sleep(0)
+
+    seen = []
+    asyncio.run(main())
+    stdlib = list(seen)
+    seen.clear()
+    snakeloop.run(main(), seed=1)
+    assert (
+        seen
+        == stdlib
+        == [("unhandled exception during asyncio.run() shutdown", "ValueError('refused')")]
+    )

@@ -174,8 +174,9 @@ class Loop(
 
     # The virtual-time driver (snakeloop.virtualtime), while the clock is virtual.
     _virtual_time: Any = None
-    # task -> (filename, lineno) of the code that created it, in virtual time
-    # and test mode only (see _record_task_sites); None otherwise.
+    # task -> (filename, lineno) of the code that created it, in the order the
+    # tasks were made; in test mode and on seeded loops only (see
+    # _record_task_sites), None otherwise.
     _task_sites: weakref.WeakKeyDictionary[Any, tuple[str, int]] | None = None
     # Whether executors keep the census of their jobs (virtual time and test
     # mode; see pending.py): a few microseconds a job that production skips.
@@ -534,7 +535,9 @@ class Loop(
         self._threads_before = (
             weakref.WeakSet(threading.enumerate()) if self._watch_outside_work else None
         )
-        self._record_task_sites(test_mode)
+        # Seeded loops need the order tasks were made in (see
+        # _pending_tasks_in_creation_order), which the sites' dict keeps.
+        self._record_task_sites(test_mode or self._schedule is not None)
 
     def _record_task_sites(self, on: bool) -> None:
         """Remember where each task was created, for deadlock reports (tests only).
@@ -549,6 +552,17 @@ class Loop(
             self.__dict__["create_task"] = self._create_task_recording_site
         else:
             self.__dict__.pop("create_task", None)
+
+    def _pending_tasks_in_creation_order(self) -> list[asyncio.Task[Any]]:
+        """This loop's unfinished tasks: those made by ``create_task`` while sites were
+        recorded in the order they were made, then any others in asyncio's order (a set's:
+        ``asyncio.Task(coro)`` made directly, or made before recording began)."""
+        pending = asyncio.all_tasks(self)
+        ordered = [task for task in list(self._task_sites or ()) if task in pending]
+        if len(ordered) < len(pending):
+            known = set(ordered)
+            ordered += [task for task in pending if task not in known]
+        return ordered
 
     def _create_task_recording_site(
         self,

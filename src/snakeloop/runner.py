@@ -72,7 +72,7 @@ class Runner:
     made on first use and closed by ``close()`` or at the end of ``with``.
     """
 
-    __slots__ = ("_runner",)
+    __slots__ = ("_runner", "_factory", "_loop")
 
     def __init__(
         self,
@@ -80,7 +80,13 @@ class Runner:
         debug: bool | None = None,
         loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
     ) -> None:
-        self._runner = asyncio.Runner(debug=debug, loop_factory=loop_factory or new_event_loop)
+        self._factory = loop_factory or new_event_loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner = asyncio.Runner(debug=debug, loop_factory=self._make_loop)
+
+    def _make_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = self._factory()
+        return self._loop
 
     def __enter__(self) -> Runner:
         self._runner.__enter__()
@@ -92,10 +98,21 @@ class Runner:
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        self._runner.__exit__(exc_type, exc_val, exc_tb)
+        self.close()
 
     def close(self) -> None:
-        """Shut down and close the loop."""
+        """Shut down and close the loop.
+
+        On a loop that knows the order its tasks were made in (a seeded or
+        test-mode snakeloop loop), leftover tasks are cancelled in that order,
+        so that a replay shuts down as its recording did; asyncio cancels
+        them in the order of a set, which differs from run to run.
+        """
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not loop.is_running():
+            ordered = getattr(loop, "_pending_tasks_in_creation_order", None)
+            if ordered is not None and (leftovers := ordered()):
+                cancel_leftovers(loop, leftovers)
         self._runner.close()
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
@@ -107,6 +124,24 @@ class Runner:
     ) -> _T:
         """Run ``coro`` on the runner's loop until it is done; return its result."""
         return self._runner.run(coro, context=context)
+
+
+def cancel_leftovers(loop: asyncio.AbstractEventLoop, leftovers: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``leftovers`` in their order and wait for them, as ``asyncio.Runner.close``
+    does for every task left: an exception other than cancellation goes to the loop's
+    exception handler with asyncio's message."""
+    for task in leftovers:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+    for task in leftovers:
+        if not task.cancelled() and task.exception() is not None:
+            loop.call_exception_handler(
+                {
+                    "message": "unhandled exception during asyncio.run() shutdown",
+                    "exception": task.exception(),
+                    "task": task,
+                }
+            )
 
 
 def run(
