@@ -47,6 +47,7 @@ from .serverproc import (
     FRESH_ALLOCATOR_ENV,
     PLACEMENTS,
     REPO,
+    SEEDED_PERTURB_ENV,
     available_loops,
     cpu_ns,
     new_loop,
@@ -355,6 +356,14 @@ def main(argv=None):
         "--stdlib-futures", action="store_true", help="also run snakeloop with stdlib_futures=True"
     )
     parser.add_argument(
+        "--seeded",
+        nargs="?",
+        const="default",
+        metavar="PERTURB",
+        help="also run snakeloop seeded with seed=1 and this perturbation (default: the "
+        "default set): what seeding costs when it is on",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REV",
         help="also run snakeloop as it is at this git revision (before/after in one run)",
@@ -373,6 +382,8 @@ def main(argv=None):
         parser.error("--placement split needs two CPUs")
     if args.fresh_allocator:
         os.environ[FRESH_ALLOCATOR_ENV] = "1"  # inherited by the servers
+    if args.seeded:
+        os.environ[SEEDED_PERTURB_ENV] = args.seeded
     seconds, rounds = (0.5, 1) if args.quick else (args.seconds, args.rounds)
     names = [n for n in args.only.split(",") if n] or DEFAULT_WORKLOADS
     for name in names:
@@ -380,7 +391,7 @@ def main(argv=None):
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     if args.baseline:
         baseline.extract(args.baseline)  # its directory is inherited by the servers
-    loops = available_loops(args.stdlib_futures, bool(args.baseline))
+    loops = available_loops(args.stdlib_futures, bool(args.baseline), bool(args.seeded))
     print(
         f"# Python {platform.python_version()}, snakeloop interpreted build; "
         f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "
@@ -390,6 +401,7 @@ def main(argv=None):
     header = f"{'workload':<15}" + "".join(f"{name:>10}" for name in loops)
     header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}"
     header += f"{'snake/base':>12}" if args.baseline else ""
+    header += f"{'seeded/snake':>14}" if args.seeded else ""
     header += f"{'snake rt/s':>12}"
     print(header)
     samples = {}
@@ -410,6 +422,9 @@ def main(argv=None):
         row += f"{ratio(cpu.get('uvloop', 0), cpu['snakeloop']):>14}"
         if args.baseline:
             row += f"{ratio(cpu['baseline'], cpu['snakeloop']):>12}"
+        if args.seeded:
+            # The other way round: above 1, the seeded loop costs more.
+            row += f"{ratio(cpu['seeded'], cpu['snakeloop']):>14}"
         row += f"{rate:>12.0f}"
         print(row, flush=True)
     print(

@@ -22,8 +22,9 @@ PLACEMENTS = {"same": (0, 0), "split": (1, 0)}
 
 
 def new_loop(name):
-    """A fresh loop of the named kind: stdlib, uvloop, snakeloop (from src/), or snake+C
-    (snakeloop with ``stdlib_futures=True``)."""
+    """A fresh loop of the named kind: stdlib, uvloop, snakeloop (from src/), snake+C
+    (snakeloop with ``stdlib_futures=True``), or seeded (snakeloop with ``seed=1`` and the
+    perturbation in ``SEEDED_PERTURB_ENV``: what seeded scheduling costs when it is on)."""
     if name == "stdlib":
         return asyncio.SelectorEventLoop()
     if name == "uvloop":
@@ -37,13 +38,17 @@ def new_loop(name):
     sys.path.insert(0, str(REPO / "src"))
     import snakeloop
 
+    if name == "seeded":
+        return snakeloop.new_event_loop(seed=1, perturb=os.environ.get(SEEDED_PERTURB_ENV))
     return snakeloop.new_event_loop(stdlib_futures=name == "snake+C")
 
 
-def available_loops(stdlib_futures=False, baseline=False):
-    """stdlib and snakeloop (and snake+C if asked), snakeloop at the --baseline revision,
-    uvloop when it imports, and "raw"."""
+def available_loops(stdlib_futures=False, baseline=False, seeded=False):
+    """stdlib and snakeloop (and snake+C, seeded if asked), snakeloop at the --baseline
+    revision, uvloop when it imports, and "raw"."""
     loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
+    if seeded:
+        loops.append("seeded")
     if baseline:
         loops.append("baseline")
     try:
@@ -54,6 +59,9 @@ def available_loops(stdlib_futures=False, baseline=False):
         loops.append("uvloop")
     return loops + ["raw"]
 
+
+# Set (by --seeded) in the servers' environment: what the seeded server perturbs.
+SEEDED_PERTURB_ENV = "SNAKELOOP_BENCH_PERTURB"
 
 # Set (by --fresh-allocator) in the servers' environment to skip settling.
 FRESH_ALLOCATOR_ENV = "SNAKELOOP_BENCH_FRESH_ALLOCATOR"
