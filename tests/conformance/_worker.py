@@ -48,6 +48,28 @@ class Counters:
 _in_factory = threading.local()
 
 
+def seeded_loop_factory():
+    """Seeded snakeloop loops: loop n of this worker gets ``derive_seed(root, "loop", n)``,
+    the root from ``SNAKELOOP_CONFORMANCE_SEED`` (drawn and printed when unset)."""
+    import itertools
+    import random
+
+    import snakeloop
+    from snakeloop.seeding import derive_seed
+
+    root = os.environ.get("SNAKELOOP_CONFORMANCE_SEED")
+    if root is None:
+        root = str(random.SystemRandom().getrandbits(64))
+        os.environ["SNAKELOOP_CONFORMANCE_SEED"] = root
+    print(f"snakeloop-seeded: root seed {root} (SNAKELOOP_CONFORMANCE_SEED)", file=sys.stderr)
+    numbers = itertools.count()
+
+    def new_event_loop():
+        return snakeloop.new_event_loop(seed=derive_seed(int(root), "loop", next(numbers)))
+
+    return new_event_loop
+
+
 def resolve_target(name: str):
     """Return (loop_factory, Task, Future) for a target name."""
     import asyncio
@@ -56,6 +78,10 @@ def resolve_target(name: str):
         import snakeloop
 
         return snakeloop.new_event_loop, snakeloop.Task, snakeloop.Future
+    if name == "snakeloop-seeded":
+        import snakeloop
+
+        return seeded_loop_factory(), snakeloop.Task, snakeloop.Future
     # The stdlib loop class that the default policy would build (asyncio.new_event_loop itself
     # would recurse into the substituted policy).
     stdlib_factory = asyncio.DefaultEventLoopPolicy._loop_factory

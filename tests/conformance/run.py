@@ -38,7 +38,7 @@ HERE = _data.HERE
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "_worker.py")
 
-TARGETS = ("snakeloop", "stdlib", "stdlib-py")
+TARGETS = ("snakeloop", "snakeloop-seeded", "stdlib", "stdlib-py")
 FAILED = ("fail", "error", "hung", "crash", "notrun")
 
 # A job's time budget; a CPython test that runs longer than its own timeout (60 s by default)
@@ -465,7 +465,7 @@ def format_failures(res: JobResult, verdict: Verdict, tb_lines: int = 12) -> str
 
 def load_xfails(target: str) -> _data.PatternList | None:
     """Expected failures apply to snakeloop only: the stdlib controls must pass everything."""
-    if target != "snakeloop":
+    if target not in ("snakeloop", "snakeloop-seeded"):
         return None
     return _data.PatternList.load(_data.EXPECTED_FAILURES_FILE)
 
@@ -549,7 +549,8 @@ def main(argv=None) -> int:
         dest="target",
         choices=TARGETS,
         default="snakeloop",
-        help="snakeloop, or a control: stdlib (asyncio's loop with its C Task and "
+        help="snakeloop, snakeloop-seeded (every loop seeded from SNAKELOOP_CONFORMANCE_SEED), "
+        "or a control: stdlib (asyncio's loop with its C Task and "
         "Future) or stdlib-py (asyncio's loop with the pure-Python Task and "
         "Future)",
     )

@@ -4,7 +4,10 @@ Each test asserts that every selected CPython test of its module passes, except 
 expected_failures.txt, which must fail (strict).  See README.md in this directory.
 
 Environment:
-    SNAKELOOP_CONFORMANCE_TARGET        snakeloop (default), or stdlib / stdlib-py (controls)
+    SNAKELOOP_CONFORMANCE_TARGET        snakeloop (default), snakeloop-seeded (every loop
+                                        seeded, see _worker.seeded_loop_factory), or
+                                        stdlib / stdlib-py (controls)
+    SNAKELOOP_CONFORMANCE_SEED          snakeloop-seeded's root seed (default: drawn)
     SNAKELOOP_CONFORMANCE_NETWORK       1/0: run the network part (default: selection.toml)
     SNAKELOOP_CONFORMANCE_JOBS          jobs in parallel (default 2; 1 under pytest-xdist)
     SNAKELOOP_CONFORMANCE_TEST_TIMEOUT  seconds before a CPython test counts as hung (60)
@@ -37,6 +40,16 @@ except ImportError:  # imported without its package (e.g. pytest's importlib imp
 pytestmark = pytest.mark.timeout(run.JOB_TIMEOUT + 120)
 
 TARGET = os.environ.get("SNAKELOOP_CONFORMANCE_TARGET", "snakeloop")
+if TARGET == "snakeloop-seeded" and "SNAKELOOP_CONFORMANCE_SEED" not in os.environ:
+    # One root for every worker, drawn here and named in each failure.
+    import random
+
+    os.environ["SNAKELOOP_CONFORMANCE_SEED"] = str(random.SystemRandom().getrandbits(64))
+SEED_NOTE = (
+    f" (SNAKELOOP_CONFORMANCE_SEED={os.environ['SNAKELOOP_CONFORMANCE_SEED']})"
+    if TARGET == "snakeloop-seeded"
+    else ""
+)
 SELECTION = _data.load_selection()
 JOBS = run.available_jobs(SELECTION, network=run.network_enabled(SELECTION))
 
@@ -102,8 +115,8 @@ def test_conformance(job: run.Job, conformance_scheduler: _Scheduler) -> None:
         conformance_scheduler.all_ok = False
         c = verdict.counts
         pytest.fail(
-            f"CPython {job.module} ({job.mode} mode) against {TARGET}: {c['failed']} unexpected "
-            f"failure(s), {c['xpass']} expected failure(s) that passed, "
+            f"CPython {job.module} ({job.mode} mode) against {TARGET}{SEED_NOTE}: "
+            f"{c['failed']} unexpected failure(s), {c['xpass']} expected failure(s) that passed, "
             f"{len(verdict.problems)} problem(s); {c['passed']} passed, {c['xfail']} expected "
             f"failures, {c['excluded']} excluded, {c['deferred']} deferred (network).\n"
             "Fix snakeloop, or list a test in tests/conformance/expected_failures.txt with the "
