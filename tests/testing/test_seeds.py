@@ -62,9 +62,16 @@ def test_seeds_option_finds_the_race_and_replay_reproduces_it(pytester):
     fingerprint = _field(section, "fingerprint")
     index = int(re.search(r"failed on run (\d+) of 20", section).group(1)) - 1
     assert seed == derive_seed(root, NODEID, index)
-    # The first failing run is the first section shown.
-    assert f"FAILED {NODEID}[seed{index}] - assert -20 == 40" in result.stdout.str()
     assert f"replay:  pytest '{NODEID}' --snakeloop-replay='{NODEID}@{seed}'\n" in section
+    # The terminal summary: every failing run's seed, and the first one's replay.
+    text = result.stdout.str()
+    failing = [int(i) for i in re.findall(r"FAILED test_inner.py::test_bank\[seed(\d+)\]", text)]
+    assert failing[0] == index and len(failing) == result.parseoutcomes()["failed"]
+    seeds = ", ".join(str(derive_seed(root, NODEID, i)) for i in failing)
+    assert (
+        f"{NODEID} failed under {len(failing)} of 20 seeds: {seeds} (first shown)\n"
+        f"  replay:  pytest '{NODEID}' --snakeloop-replay='{NODEID}@{seed}'\n"
+    ) in text
     for _ in range(3):
         again = run(pytester, RACE, f"--snakeloop-replay={NODEID}@{seed}")
         again.assert_outcomes(failed=1)
