@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from ._seed_runs import seed_run_of
+from ._pytest_seed_runs import seed_run_of
 from ._settings import SessionDefaults, Settings, SettingsError, make_loop, resolve, run_settings
 
 __all__ = [

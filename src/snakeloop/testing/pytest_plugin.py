@@ -87,9 +87,9 @@ from ._pytest_loops import (
     runner_of_pytest_asyncio,
     settings_of,
 )
+from ._pytest_seed_runs import SeedFailures, parametrize_runs, seed_run_of
 from ._seed_report import replay_command, seed_section, unreached_seed_section
 from ._seed_run import SeedRun
-from ._seed_runs import SeedFailures, parametrize_runs, seed_run_of
 from ._settings import (
     DEADLOCK_MODES,
     SessionDefaults,
