@@ -46,7 +46,8 @@ def seed_section(
         lines.append(f"failed on run {run[0] + 1} of {run[1]}")
     if shared_with is not None:
         lines.append(f"this loop was made for {shared_with}, which other tests share")
-        nodeid = shared_with
+        # The seed is that test's: replaying it replays the loop, not this run.
+        nodeid, run = shared_with, None
     lines.append("replay:  " + replay_command(nodeid, seed, extra_args, run=run))
     if trace:
         lines.append("last decisions:")
