@@ -1,4 +1,4 @@
-"""Seeded tests in the plugin (issue 12): per-test seeds, repeats, replay, the failure section."""
+"""Seeded tests in the plugin (issue 12): per-test seeds, runs, replay, the failure section."""
 
 from __future__ import annotations
 
@@ -62,9 +62,18 @@ def test_seeds_option_finds_the_race_and_replay_reproduces_it(pytester):
     fingerprint = _field(section, "fingerprint")
     index = int(re.search(r"failed on run (\d+) of 20", section).group(1)) - 1
     assert seed == derive_seed(root, NODEID, index)
-    assert f"replay:  pytest '{NODEID}' --snakeloop-replay={seed}\n" in section
+    assert f"replay:  pytest '{NODEID}' --snakeloop-replay='{NODEID}@{seed}'\n" in section
+    # The terminal summary: every failing run's seed, and the first one's replay.
+    text = result.stdout.str()
+    failing = [int(i) for i in re.findall(r"FAILED test_inner.py::test_bank\[seed(\d+)\]", text)]
+    assert failing[0] == index and len(failing) == result.parseoutcomes()["failed"]
+    seeds = ", ".join(str(derive_seed(root, NODEID, i)) for i in failing)
+    assert (
+        f"{NODEID} failed under {len(failing)} of 20 seeds: {seeds} (first shown)\n"
+        f"  replay:  pytest '{NODEID}' --snakeloop-replay='{NODEID}@{seed}'\n"
+    ) in text
     for _ in range(3):
-        again = run(pytester, RACE, f"--snakeloop-replay={seed}")
+        again = run(pytester, RACE, f"--snakeloop-replay={NODEID}@{seed}")
         again.assert_outcomes(failed=1)
         replayed = _section(again)
         assert _field(replayed, "fingerprint") == fingerprint
@@ -161,14 +170,39 @@ def test_seeds_are_derived_from_the_root_and_the_node_id_only(pytester):
 
 def test_seeds_runs_each_test_under_k_derived_seeds(pytester):
     result = run(
-        pytester, SEEDS_SEEN, "-s", "--snakeloop-seed=5", "--snakeloop-seeds=3", runner="plain"
+        pytester,
+        SEEDS_SEEN,
+        "-v",
+        "-s",
+        "--snakeloop-seed=5",
+        "--snakeloop-seeds=3",
+        runner="plain",
     )
-    result.assert_outcomes(passed=3)
+    # Each seeded test is 3 items; the one with a seed of its own is run once.
+    result.assert_outcomes(passed=7)
+    text = result.stdout.str()
+    for i in range(3):
+        assert f"test_inner.py::test_one[seed{i}] " in text
+        assert f"test_inner.py::test_unseeded_elsewhere[seed{i}] " in text
+    assert "test_inner.py::test_marked " in text
+    assert "test_marked[" not in text
     seen = _seeds(result)
     assert [seed for seed, _ in seen["one"]] == [
         derive_seed(5, "test_inner.py::test_one", i) for i in range(3)
     ]
-    assert seen["marked"] == [(1234, "io_delay")]  # a given seed runs once
+    assert seen["marked"] == [(1234, "io_delay")]
+    # Run 0 is the test under --snakeloop-seed alone.
+    alone = _seeds(run(pytester, SEEDS_SEEN, "-s", "--snakeloop-seed=5", runner="plain"))
+    assert alone["one"] == seen["one"][:1]
+
+
+def test_one_seed_makes_no_runs(pytester):
+    result = run(
+        pytester, SEEDS_SEEN, "-v", "--snakeloop-seed=5", "--snakeloop-seeds=1", runner="plain"
+    )
+    result.assert_outcomes(passed=3)
+    assert "test_inner.py::test_one PASSED" in result.stdout.str()
+    assert "[seed" not in result.stdout.str()
 
 
 def test_replay_of_one_node_id_leaves_the_others(pytester):
@@ -255,14 +289,33 @@ async def test_it():
     assert message in result.stderr.str()
 
 
-def test_seeds_refuses_a_test_that_holds_its_loop_in_a_fixture(pytester):
-    source = """
-async def test_it(loop_time):
-    pass
+LOOP_FIXTURES = """
+import asyncio
+
+
+async def test_it(snakeloop_clock, loop_time):
+    loop = asyncio.get_running_loop()
+    # The fixtures hold this run's loop, not an earlier run's.
+    assert snakeloop_clock is loop.get_clock()
+    assert loop_time == loop.time()
+    print(f"SEED it {loop.seed} {id(loop)}")
 """
-    result = run(pytester, source, "--snakeloop-seed=1", "--snakeloop-seeds=2", runner="plain")
-    assert "its fixtures loop_time hold the first one" in result.stdout.str() + result.stderr.str()
-    assert result.ret != pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_each_run_gets_fresh_loop_fixtures(pytester, runner):
+    result = run(
+        pytester,
+        LOOP_FIXTURES,
+        "-s",
+        "--snakeloop-seed=4",
+        "--snakeloop-seeds=3",
+        "--snakeloop-virtual-time",
+        runner=runner,
+    )
+    result.assert_outcomes(passed=3)
+    seeds = [seed for seed, _ in _seeds(result)["it"]]
+    assert seeds == [derive_seed(4, "test_inner.py::test_it", i) for i in range(3)]
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
@@ -274,13 +327,39 @@ def test_replay_under_every_runner(pytester, runner):
     assert _section(result).splitlines()[1] == f"seed={seed}  perturb=io_order"
 
 
-@pytest.mark.parametrize("runner", ["pytest-asyncio", "anyio"])
-def test_seeds_refuses_tests_another_plugin_runs(pytester, runner):
-    result = run(pytester, RACE, "--snakeloop-seed=1", "--snakeloop-seeds=2", runner=runner)
-    assert result.ret != pytest.ExitCode.OK
-    assert "--snakeloop-seeds repeats the async tests snakeloop's plugin runs itself" in (
-        result.stdout.str() + result.stderr.str()
+RUNS_SEEN = """
+import asyncio
+
+import pytest
+
+
+async def test_plain():
+    print(f"SEED plain {asyncio.get_running_loop().seed} -")
+
+
+@pytest.mark.parametrize("name", ["a", "b"])
+async def test_named(name):
+    print(f"SEED {name} {asyncio.get_running_loop().seed} -")
+"""
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_every_runner_runs_each_run_on_a_loop_under_its_derived_seed(pytester, runner):
+    result = run(
+        pytester, RUNS_SEEN, "-v", "-s", "--snakeloop-seed=8", "--snakeloop-seeds=4", runner=runner
     )
+    result.assert_outcomes(passed=12)
+    seen = _seeds(result)
+    for name, base in [
+        ("plain", "test_inner.py::test_plain"),
+        ("a", "test_inner.py::test_named[a]"),
+        ("b", "test_inner.py::test_named[b]"),
+    ]:
+        assert [seed for seed, _ in seen[name]] == [derive_seed(8, base, i) for i in range(4)]
+    text = result.stdout.str()
+    assert "test_inner.py::test_plain[seed3] " in text
+    assert "test_inner.py::test_named[a-seed0] " in text
+    assert "test_inner.py::test_named[b-seed3] " in text
 
 
 MANY_DECISIONS = """

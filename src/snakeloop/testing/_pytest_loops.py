@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from ._settings import SessionDefaults, Settings, SettingsError, make_loop, resolve
+from ._pytest_seed_runs import seed_run_of
+from ._settings import SessionDefaults, Settings, SettingsError, make_loop, resolve, run_settings
 
 __all__ = [
     "LoopMaker",
@@ -48,7 +49,11 @@ SEEDED_LOOP = pytest.StashKey[Any]()
 
 
 def settings_of(node: Any) -> Settings:
-    """The settings of a test item (or pytest-asyncio's definition of one)."""
+    """The settings of a test item (or of the definition of one, during collection).
+
+    One of the runs ``--snakeloop-seeds`` makes is set up as the test it
+    repeats, under the run's seed.
+    """
     try:
         return node.stash[_SETTINGS]  # type: ignore[no-any-return]
     except KeyError:
@@ -59,10 +64,14 @@ def settings_of(node: Any) -> Settings:
         for mark in node.iter_markers()
         if mark.name in ("snakeloop", "looptime") and mark.name in state.marker_names
     )
+    run = seed_run_of(node)
+    where = node.nodeid if run is None else run[0]
     try:
-        settings = resolve(markers, state.defaults, node.nodeid)
+        settings = resolve(markers, state.defaults, where)
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if run is not None:
+        settings = run_settings(settings, where, run[1])
     node.stash[_SETTINGS] = settings
     return settings
 
@@ -191,19 +200,14 @@ def anyio_loop(config: pytest.Config, backend: Any) -> Iterator[asyncio.Abstract
         yield runner.get_loop()
 
 
-def plain_runner(item: pytest.Item, settings: Settings | None = None) -> asyncio.Runner:
-    """The runner of a test this plugin runs itself, made on first use.
-
-    ``settings``: those of one of the runs under ``--snakeloop-seeds`` (the
-    test's own by default).
-    """
+def plain_runner(item: pytest.Item) -> asyncio.Runner:
+    """The runner of a test this plugin runs itself, made on first use."""
     try:
         return item.stash[PLAIN_RUNNER]
     except KeyError:
         pass
     state = PluginState.of(item.config)
-    if settings is None:
-        settings = settings_of(item)
+    settings = settings_of(item)
 
     def factory() -> asyncio.AbstractEventLoop:
         try:

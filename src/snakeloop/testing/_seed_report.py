@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-__all__ = ["LAST_DECISIONS", "seed_section"]
+__all__ = ["LAST_DECISIONS", "replay_command", "seed_section", "unreached_seed_section"]
 
 #: How many of the loop's last decisions the section lists.
 LAST_DECISIONS = 10
@@ -28,7 +28,8 @@ def seed_section(
     """What a seeded ``loop`` chose, for the failed test ``nodeid``.
 
     ``extra_args``: session options the replay needs besides the seed.
-    ``run``: (index, runs) when ``--snakeloop-seeds`` repeats the test.
+    ``run``: (index, runs) when the test is one of the runs of ``--snakeloop-seeds``,
+    whose ``nodeid`` is then the one of the test it repeats.
     ``shared_with``: the test the loop was made for, when it is another one.
     """
     seed = loop.seed
@@ -42,15 +43,50 @@ def seed_section(
         f"fingerprint={loop.schedule_fingerprint()}  decisions{count}",
     ]
     if run is not None and run[1] > 1:
-        lines.append(f"failed on run {run[0] + 1} of {run[1]} (runs stop at the first failure)")
-    command = ["pytest", nodeid, f"--snakeloop-replay={seed}", *extra_args]
+        lines.append(f"failed on run {run[0] + 1} of {run[1]}")
     if shared_with is not None:
         lines.append(f"this loop was made for {shared_with}, which other tests share")
-        command[1] = shared_with
-    lines.append("replay:  " + " ".join(_quote(part) for part in command))
+        # The seed is that test's: replaying it replays the loop, not this run.
+        nodeid, run = shared_with, None
+    lines.append("replay:  " + replay_command(nodeid, seed, extra_args, run=run))
     if trace:
         lines.append("last decisions:")
         lines.extend(f"  it={d.iteration} {d.kind} {d.detail}" for d in trace[-LAST_DECISIONS:])
+    return "\n".join(lines)
+
+
+def replay_command(
+    nodeid: str, seed: int, extra_args: tuple[str, ...] = (), *, run: tuple[int, int] | None
+) -> str:
+    """The pytest command that runs ``nodeid`` under exactly ``seed``.
+
+    A run of ``--snakeloop-seeds`` names its test in the option too, so that the
+    command replays that test alone whatever else the session selects.
+    """
+    if run is not None and run[1] > 1:
+        option = "--snakeloop-replay=" + _quote(f"{nodeid}@{seed}")
+    else:
+        option = f"--snakeloop-replay={seed}"
+    return " ".join(["pytest", _quote(nodeid), option, *(_quote(a) for a in extra_args)])
+
+
+def unreached_seed_section(
+    seed: int,
+    perturbation: str,
+    nodeid: str,
+    *,
+    extra_args: tuple[str, ...] = (),
+    run: tuple[int, int] | None = None,
+) -> str:
+    """The section of a failed test that made its seeded loop where the plugin cannot see it."""
+    lines = [f"seed={seed}  perturb={perturbation}"]
+    if run is not None and run[1] > 1:
+        lines.append(f"failed on run {run[0] + 1} of {run[1]}")
+    lines.append(
+        "fingerprint and last decisions unknown: the test made its loop itself "
+        "(snakeloop_seed.new_event_loop() makes one the report can read)"
+    )
+    lines.append("replay:  " + replay_command(nodeid, seed, extra_args, run=run))
     return "\n".join(lines)
 
 

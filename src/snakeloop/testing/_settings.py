@@ -113,9 +113,14 @@ class Settings:
     seed: int | None = None
     perturb: Any = None
     # The root the runs' seeds derive from (None when the seed is given as is) and how
-    # many runs there are: run i uses derive_seed(seed_root, node id, i).
+    # many runs there are: run i uses derive_seed(seed_root, node id without the run, i).
     seed_root: int | None = None
     seeds: int = 1
+
+    @property
+    def seed_runs(self) -> int:
+        """How many runs ``--snakeloop-seeds`` makes of the test: 1 for a seed given as is."""
+        return self.seeds if self.seed_root is not None else 1
 
 
 def _number(where: str, key: str, value: Any, *, allow_none: bool) -> float | None:

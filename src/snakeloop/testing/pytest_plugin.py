@@ -31,15 +31,21 @@ no other test's seed (a marker's ``seed=`` is used as it is);
 ``--snakeloop-perturb=LIST`` [``SNAKELOOP_PERTURB``] what seeded loops
 perturb; ``--snakeloop-replay=[NODEID@]SEED`` [``SNAKELOOP_REPLAY``] runs the
 test (every test without NODEID) under exactly SEED;
-``--snakeloop-seeds=K`` [``SNAKELOOP_SEEDS``] runs each test this plugin
-runs itself K times, run i under ``derive_seed(N, node id, i)``, on a fresh
-loop each time with the fixtures set up once, stopping at the first failure.
-A seeded test that fails gets a ``snakeloop`` report section with its seed,
-fingerprint, last decisions and the command that replays it.
+``--snakeloop-seeds=K`` [``SNAKELOOP_SEEDS``] makes K items of each async
+test the root seeds (and of each test using ``snakeloop_seed``),
+``test[seed0]`` to ``test[seed{K-1}]``, run i under ``derive_seed(N, BASE, i)``
+where BASE is the node id without the run: run 0 is the test under
+``--snakeloop-seed=N`` alone.  Each run has its own fixtures and loop, under
+any of the runners below.  A seeded test that fails gets a ``snakeloop``
+report section with its seed, fingerprint, last decisions and the command
+that replays it (``--snakeloop-replay=BASE@SEED`` for a run); the terminal
+summary lists, per test, the seeds its runs failed under.
 
 Fixtures: ``snakeloop_clock`` (the clock of the test's loop), ``loop_time``
 (a number that reads ``loop.time()`` whenever it is compared or converted;
-``looptime`` is another name for it).
+``looptime`` is another name for it), ``snakeloop_seed`` (a
+``snakeloop.testing.SeedRun``, the seed of this run for a loop the test
+makes itself, or None when the test is not seeded).
 
 The tests run under pytest-asyncio (through its loop-factory hook), under
 anyio's plugin (through the ``anyio_backend`` value, for the asyncio
@@ -56,6 +62,7 @@ none), and must not warn when a session imports it before pytest does.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -80,13 +87,14 @@ from ._pytest_loops import (
     runner_of_pytest_asyncio,
     settings_of,
 )
-from ._seed_report import seed_section
+from ._pytest_seed_runs import SeedFailures, parametrize_runs, seed_run_of
+from ._seed_report import replay_command, seed_section, unreached_seed_section
+from ._seed_run import SeedRun
 from ._settings import (
     DEADLOCK_MODES,
     SessionDefaults,
     SettingsError,
     apply_to_shared_loop,
-    run_settings,
 )
 
 # looptime's marker, option and fixture are looptime's own when it is installed.
@@ -103,9 +111,10 @@ _LOOPTIME_MARKER = (
     "with virtual time (idle_timeout is snakeloop's stall_timeout)"
 )
 
-# Fixtures that hold the test's loop, which --snakeloop-seeds replaces run by run.
-_LOOP_FIXTURES = frozenset({"snakeloop_clock", "loop_time", "looptime"})
-_SEED_RUN = pytest.StashKey[tuple[int, int]]()
+# The snakeloop_seed fixture's value, for the report when the test fails.
+_SEED_RUN = pytest.StashKey[SeedRun]()
+# The failing runs of --snakeloop-seeds, by the node id of the test they repeat.
+_FAILED_RUNS = pytest.StashKey[dict[str, SeedFailures]]()
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -151,8 +160,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--snakeloop-seeds",
         default=None,
         metavar="K",
-        help="run each seeded test K times under seeds derived from the root seed, stopping "
-        "at the first failure (environment: SNAKELOOP_SEEDS)",
+        help="run each seeded test K times, as K items (test[seed0]..), under seeds derived "
+        "from the root seed and the test's node id (environment: SNAKELOOP_SEEDS)",
     )
     group.addoption(
         "--snakeloop-deadlock",
@@ -275,7 +284,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> Generator[None, Any, Any
     state = PluginState.of(metafunc.config)
     if state.bridge is None and _runs_on_snakeloop(metafunc.definition):
         state.use()
-    return (yield)
+    result = yield
+    # After the test's other parametrizations, so that the run's id comes last.
+    runs = _seed_runs_of(metafunc)
+    if runs > 1:
+        parametrize_runs(metafunc, runs)
+    return result
+
+
+def _seed_runs_of(metafunc: pytest.Metafunc) -> int:
+    """How many runs --snakeloop-seeds makes of the test: 1 for one it does not repeat.
+
+    It repeats the async tests the session seeds, and the others that ask for
+    ``snakeloop_seed`` (directly or through a fixture), which make their own loops.
+    """
+    try:
+        settings = settings_of(metafunc.definition)
+    except pytest.UsageError:
+        return 1  # raised again, for every test, once collection ends
+    if not settings.enabled or settings.seed_runs == 1:
+        return 1
+    asynchronous = inspect.iscoroutinefunction(metafunc.function)
+    if asynchronous or "snakeloop_seed" in metafunc.fixturenames:
+        return settings.seed_runs
+    return 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -340,15 +372,8 @@ def _prepare(item: pytest.Item, loop: Any) -> None:
 @pytest.hookimpl(wrapper=True, specname="pytest_pyfunc_call")
 def pytest_pyfunc_call_on_its_loop(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
     """Set up the loop pytest-asyncio or anyio will run the test on."""
-    settings = settings_of(pyfuncitem)
-    if not settings.enabled:
+    if not settings_of(pyfuncitem).enabled:
         return (yield)
-    if settings.seeds > 1 and not is_plain_async_test(pyfuncitem):
-        raise pytest.UsageError(
-            f"snakeloop: --snakeloop-seeds repeats the async tests snakeloop's plugin runs "
-            f"itself, and {pyfuncitem.nodeid} runs under pytest-asyncio or anyio, which make "
-            "its loop once; run it with -p no:asyncio -p no:anyio, or without --snakeloop-seeds"
-        )
     if is_pytest_asyncio_test(pyfuncitem):
         runner = runner_of_pytest_asyncio(pyfuncitem, pyfuncitem._request)
         _prepare(pyfuncitem, runner.get_loop())
@@ -366,25 +391,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run an ``async def`` test on snakeloop when no other plugin does."""
     if not settings_of(pyfuncitem).enabled or not is_plain_async_test(pyfuncitem):
         return None
-    settings = settings_of(pyfuncitem)
     funcargs = pyfuncitem.funcargs
     arguments = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-    runs = settings.seeds
-    if runs > 1:
-        held = sorted(_LOOP_FIXTURES.intersection(pyfuncitem.fixturenames))
-        if held:
-            raise pytest.UsageError(
-                f"snakeloop: --snakeloop-seeds runs {pyfuncitem.nodeid} on a fresh loop each "
-                f"time, and its fixtures {', '.join(held)} hold the first one; run it without "
-                "--snakeloop-seeds or without those fixtures"
-            )
-    # Each run under its own seed on a fresh loop; the fixtures are set up once for all.
-    for index in range(runs):
-        if index:
-            _close_plain_runner(pyfuncitem)
-        pyfuncitem.stash[_SEED_RUN] = (index, runs)
-        runner = plain_runner(pyfuncitem, run_settings(settings, pyfuncitem.nodeid, index))
-        runner.run(pyfuncitem.obj(**arguments))
+    plain_runner(pyfuncitem).run(pyfuncitem.obj(**arguments))
     return True
 
 
@@ -439,28 +448,85 @@ def pytest_runtest_makereport(
         text = "\n\n".join(part for part in parts if part)
         if text:
             report.sections.append(("snakeloop", text))
+    if report.failed:
+        _count_failed_run(item)
     return report
 
 
-def _seed_report(item: pytest.Item) -> str:
-    loop = item.stash.get(SEEDED_LOOP, None)
-    if loop is None:
-        return ""
-    state = PluginState.of(item.config)
-    made_for = state.made_for.get(loop)
-    # What the replay needs besides the seed: the session options that shape the loop.
+def _replay_args(state: PluginState) -> tuple[str, ...]:
+    """What a replay needs besides the seed: the session options that shape the loop."""
     extra: list[str] = []
     if state.defaults.perturb is not None:
         extra.append(f"--snakeloop-perturb={state.defaults.perturb}")
     if state.defaults.virtual_time:
         extra.append("--snakeloop-virtual-time")
+    return tuple(extra)
+
+
+def _run_of(item: pytest.Item) -> tuple[str, tuple[int, int] | None]:
+    """The node id a replay names, and (index, runs) for a run of --snakeloop-seeds."""
+    run = seed_run_of(item)
+    if run is None:
+        return item.nodeid, None
+    return run[0], (run[1], settings_of(item).seed_runs)
+
+
+def _seed_report(item: pytest.Item) -> str:
+    state = PluginState.of(item.config)
+    nodeid, run = _run_of(item)
+    loop = item.stash.get(SEEDED_LOOP, None)
+    seed_run = item.stash.get(_SEED_RUN, None)
+    if loop is None and seed_run is not None:
+        loop = seed_run.loop
+    if loop is None:
+        if seed_run is None:
+            return ""
+        return unreached_seed_section(
+            seed_run.seed,
+            _perturbation(seed_run.perturb),
+            nodeid,
+            extra_args=_replay_args(state),
+            run=run,
+        )
+    made_for = state.made_for.get(loop)
     return seed_section(
         loop,
-        item.nodeid,
-        extra_args=tuple(extra),
-        run=item.stash.get(_SEED_RUN, None),
+        nodeid,
+        extra_args=_replay_args(state),
+        run=run,
         shared_with=made_for if made_for not in (None, item.nodeid) else None,
     )
+
+
+def _perturbation(perturb: Any) -> str:
+    return ",".join(parse_perturb(perturb, available=IMPLEMENTED)) or "none"
+
+
+def _count_failed_run(item: pytest.Item) -> None:
+    """Count a failed run of --snakeloop-seeds (once, whichever phase failed) for the summary."""
+    nodeid, run = _run_of(item)
+    seed = settings_of(item).seed
+    if run is None or seed is None:
+        return
+    failures = item.config.stash.setdefault(_FAILED_RUNS, {})
+    found = failures.setdefault(nodeid, SeedFailures(runs=run[1]))
+    if any(index == run[0] for index, _ in found.failed):
+        return
+    found.failed.append((run[0], seed))
+    if len(found.failed) == 1:
+        found.replay = replay_command(
+            nodeid, seed, _replay_args(PluginState.of(item.config)), run=run
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    failures = config.stash.get(_FAILED_RUNS, {})
+    if not failures:
+        return
+    terminalreporter.section("snakeloop")
+    for nodeid, found in failures.items():
+        terminalreporter.line(found.line(nodeid))
+        terminalreporter.line("  replay:  " + found.replay)
 
 
 # ---------------------------------------------------------------- fixtures
@@ -492,6 +558,29 @@ def _test_loop(request: pytest.FixtureRequest) -> Iterator[Any]:
             f"snakeloop: the {request.fixturename} fixture needs an async test, and "
             f"{item.nodeid} is not one"
         )
+
+
+@pytest.fixture
+def snakeloop_seed(request: pytest.FixtureRequest) -> SeedRun | None:
+    """This run's seed, for a loop the test makes itself; None when the test is not seeded.
+
+    ``snakeloop.new_event_loop(**snakeloop_seed.loop_options())`` makes a loop
+    with this run's schedule; ``snakeloop_seed.new_event_loop()`` does too, and
+    lets a failure's report show that loop's fingerprint and last decisions.
+    """
+    item: Any = request.node
+    settings = settings_of(item)
+    if not settings.enabled or settings.seed is None:
+        return None
+    run = seed_run_of(item)
+    seed_run = SeedRun(
+        seed=settings.seed,
+        perturb=settings.perturb,
+        index=0 if run is None else run[1],
+        runs=1 if run is None else settings.seed_runs,
+    )
+    item.stash[_SEED_RUN] = seed_run
+    return seed_run
 
 
 @pytest.fixture
