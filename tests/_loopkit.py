@@ -90,6 +90,12 @@ def _py_task_factory(loop, coro, **kwargs):
     return PyTask(coro, loop=loop, **kwargs)
 
 
+# The seed of the running test's run under --snakeloop-seed/--snakeloop-seeds (the plugin's
+# snakeloop.testing.SeedRun), set by conftest.py for tests not marked unseeded: every
+# snakeloop loop new_loop makes meanwhile takes it.
+SEED_RUN: Any = None
+
+
 def new_loop(
     kind: str,
     *,
@@ -111,6 +117,9 @@ def new_loop(
             kwargs["stdlib_futures"] = True
         if on_deadlock is not None:
             kwargs["on_deadlock"] = on_deadlock
+        if SEED_RUN is not None:
+            # Through the run, so that a failure's report shows this loop's decisions.
+            return SEED_RUN.new_event_loop(**kwargs)  # type: ignore[no-any-return]
         return snakeloop_module().new_event_loop(**kwargs)
     if kind == "stdlib":
         loop = asyncio.SelectorEventLoop()

@@ -36,6 +36,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _loopkit  # noqa: E402
 from _loopkit import (  # noqa: E402
     LOOP_KINDS,
     ExceptionRecorder,
@@ -372,3 +373,20 @@ def loop_errors(request: pytest.FixtureRequest) -> LoopErrors:
     does not fail on them.
     """
     return LoopErrors(request.node)
+
+
+@pytest.fixture(autouse=True)
+def _seeded_snakeloop_loops(request: pytest.FixtureRequest, snakeloop_seed):
+    """Under ``--snakeloop-seed``/``--snakeloop-seeds``, the snakeloop loops a test makes with
+    ``new_loop`` (the loop fixtures' too) take its run's seed, unless it is marked unseeded.
+
+    Asking for ``snakeloop_seed`` is what makes the plugin repeat a sync test per seed.
+    """
+    if snakeloop_seed is None or request.node.get_closest_marker("unseeded") is not None:
+        yield
+        return
+    _loopkit.SEED_RUN = snakeloop_seed
+    try:
+        yield
+    finally:
+        _loopkit.SEED_RUN = None
