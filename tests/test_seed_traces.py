@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -250,6 +251,136 @@ def test_a_replay_where_strings_hash_otherwise_warns(tmp_path):
         run(echo, replay=older)
     # The same process hashes alike whatever the variable says: nothing to warn of.
     quiet_run(echo, replay=recording)
+
+
+# -- python -m snakeloop --trace / --replay ------------------------------------------------
+
+
+def _script(tmp_path: Path, *, changed: bool = False) -> Path:
+    script = tmp_path / ("changed.py" if changed else "racy.py")
+    # Two fds held open first: the race's sockets get other numbers, and every
+    # choice names them otherwise.
+    extra = "    held = socket.socketpair()\n" if changed else ""
+    script.write_text(
+        RACE_SOURCE + "\n\nasync def main():\n" + extra + "    balance = await bank()\n"
+        "    assert balance == 40, f'overdrawn: {balance}'\n\n"
+        "asyncio.run(main())\n"
+    )
+    return script
+
+
+def _cli(*args: str, hash_seed: str | None = "0", cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    env.pop("SNAKELOOP_SEED", None)
+    env.pop("SNAKELOOP_TRACE", None)
+    env.pop("PYTHONHASHSEED", None)
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = hash_seed
+    return subprocess.run(
+        [sys.executable, "-m", "snakeloop", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
+    )
+
+
+_LINE = re.compile(
+    r"snakeloop: this run used seed=(\d+) perturb=\S+ fingerprint=(\w+); decisions=(\d+); "
+    r"replay: (.*) \(PYTHONHASHSEED=(\S+)\)\n"
+)
+
+
+def _failing_seed_with_trace(tmp_path: Path, script: Path) -> tuple[int, Path, re.Match]:
+    trace = tmp_path / "crash.json"
+    for seed in range(40):
+        first = _cli("--seed", str(seed), "--trace", str(trace), script.name, cwd=tmp_path)
+        if first.returncode:
+            line = _LINE.search(first.stderr)
+            assert line is not None, first.stderr
+            assert "AssertionError: overdrawn: -20" in first.stderr
+            return seed, trace, line
+    pytest.fail("no seed in 40 made the script fail")
+
+
+def test_the_cli_writes_a_trace_and_its_crash_line_replays_it(tmp_path):
+    script = _script(tmp_path)
+    seed, trace, line = _failing_seed_with_trace(tmp_path, script)
+    assert int(line.group(1)) == seed
+    recording = tracefile.load(trace)
+    assert (recording.seed, recording.fingerprint) == (seed, line.group(2))
+    assert recording.count == int(line.group(3)) > 0
+    assert recording.hash_seed == line.group(5) == "0"
+    assert line.group(4) == f"python -m snakeloop --replay {trace} {script.name}"
+    again = _cli("--replay", str(trace), script.name, cwd=tmp_path)
+    assert again.returncode == 1
+    assert "Warning" not in again.stderr, again.stderr
+    replayed = _LINE.search(again.stderr)
+    assert replayed is not None, again.stderr
+    assert replayed.group(2) == line.group(2)  # the recorded fingerprint
+    assert "AssertionError: overdrawn: -20" in again.stderr
+    # The variable writes it too, for a run that passes as well.
+    passing = tmp_path / "passing.json"
+    env_run = subprocess.run(
+        [sys.executable, "-m", "snakeloop", "--perturb", "none", script.name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "SNAKELOOP_SEED": "5", "SNAKELOOP_TRACE": str(passing)},
+    )
+    assert env_run.returncode == 0, env_run.stderr
+    assert tracefile.load(passing).seed == 5
+    assert tracefile.load(passing).perturbation == {}
+
+
+def test_a_cli_replay_says_what_differs(tmp_path):
+    script = _script(tmp_path)
+    seed, trace, line = _failing_seed_with_trace(tmp_path, script)
+    other_hash = _cli("--replay", str(trace), script.name, hash_seed="1", cwd=tmp_path)
+    assert (
+        "ReplayEnvironmentWarning: snakeloop: replay of seed "
+        f"{seed} may diverge: the recorded run had PYTHONHASHSEED=0 and this process has 1: "
+        "set PYTHONHASHSEED=0 before Python starts"
+    ) in other_hash.stderr
+    unset = tmp_path / "unset.json"
+    _cli("--seed", str(seed), "--trace", str(unset), script.name, hash_seed=None, cwd=tmp_path)
+    assert tracefile.load(unset).hash_seed == "random"
+    later = _cli("--replay", str(unset), script.name, hash_seed=None, cwd=tmp_path)
+    assert "the recorded run had PYTHONHASHSEED unset" in later.stderr
+    changed = _script(tmp_path, changed=True)
+    diverged = _cli("--replay", str(trace), changed.name, cwd=tmp_path)
+    assert re.search(
+        rf"ReplayDivergenceWarning: snakeloop: replay of seed {seed} diverged at decision 1 "
+        r"\(iteration \d+\): recorded '",
+        diverged.stderr,
+    ), diverged.stderr
+
+
+def test_cli_trace_options_name_the_mistake(tmp_path):
+    recorded, _ = run(echo, seed=3)
+    trace = tmp_path / "three.json"
+    tracefile.save(recorded, trace)
+    (tmp_path / "bad.json").write_text("[]")
+    for args, message in [
+        (["--trace", "t.json", "s.py"], "--trace needs --seed"),
+        (["--replay", "missing.json", "s.py"], "No such file"),
+        (["--replay", "bad.json", "s.py"], "bad.json: not a snakeloop trace"),
+        (["--seed", "4", "--replay", str(trace), "s.py"], "seed=4 was given with a recording of"),
+        (["--replay"], "--replay needs a value"),
+    ]:
+        proc = _cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+
+
+def test_help_names_the_trace_options():
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakeloop", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "--trace FILE" in proc.stdout and "--replay FILE" in proc.stdout
+    assert "SNAKELOOP_TRACE" in proc.stdout
 
 
 def test_recording_is_a_decision_list(tmp_path):
