@@ -80,6 +80,7 @@ from ._pytest_loops import (
     runner_of_pytest_asyncio,
     settings_of,
 )
+from ._pytest_traces import TRACES, SessionTraces, session_traces
 from ._seed_report import seed_section
 from ._settings import (
     DEADLOCK_MODES,
@@ -153,6 +154,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K",
         help="run each seeded test K times under seeds derived from the root seed, stopping "
         "at the first failure (environment: SNAKELOOP_SEEDS)",
+    )
+    group.addoption(
+        "--snakeloop-trace",
+        default=None,
+        metavar="DIR",
+        help="write the trace file of each seeded test run that fails into DIR, for "
+        "--snakeloop-replay-trace (environment: SNAKELOOP_TRACE_DIR)",
+    )
+    group.addoption(
+        "--snakeloop-replay-trace",
+        default=None,
+        metavar="FILE",
+        help="run the test FILE recorded under its seed and perturbation, and say whether "
+        "its choices were the recorded ones (environment: SNAKELOOP_REPLAY_TRACE)",
     )
     group.addoption(
         "--snakeloop-deadlock",
@@ -240,6 +255,15 @@ def _session_seeding(config: pytest.Config) -> dict[str, Any]:
         except ValueError as exc:
             raise pytest.UsageError(f"snakeloop: {source}: {exc}") from None
         found["perturb"] = perturb
+    _, directory = _option(config, "snakeloop_trace", "SNAKELOOP_TRACE_DIR")
+    source, replay_trace = _option(config, "snakeloop_replay_trace", "SNAKELOOP_REPLAY_TRACE")
+    try:
+        # The recording, if any, gives the replay its seed and perturbation.
+        config.stash[TRACES] = session_traces(
+            config.invocation_params.dir, directory, replay_trace, found
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"snakeloop: {source}: {exc}") from None
     return found
 
 
@@ -433,24 +457,34 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if call.excinfo is not None:
-        seeded = _seed_report(item) if call.when == "call" else ""
-        parts = [seeded, _loop_report(call.excinfo.value)]
+    traces = item.config.stash.get(TRACES, None)
+    replaying = traces is not None and traces.target == item.nodeid
+    excinfo = call.excinfo
+    if excinfo is not None or (replaying and call.when == "call"):
+        # A replay against a trace says how it went, passed or failed (-rP shows it).
+        seeded = _seed_report(item, excinfo is not None) if call.when == "call" else ""
+        parts = [seeded, "" if excinfo is None else _loop_report(excinfo.value)]
         text = "\n\n".join(part for part in parts if part)
         if text:
             report.sections.append(("snakeloop", text))
     return report
 
 
-def _seed_report(item: pytest.Item) -> str:
+def _seed_report(item: pytest.Item, failed: bool = True) -> str:
     loop = item.stash.get(SEEDED_LOOP, None)
     if loop is None:
         return ""
     state = PluginState.of(item.config)
     made_for = state.made_for.get(loop)
-    # What the replay needs besides the seed: the session options that shape the loop.
+    traces = item.config.stash.get(TRACES, None) or SessionTraces()
+    written = traces.write(loop, item.nodeid) if failed else None
+    trace_file = written or (traces.recording_path if traces.target == item.nodeid else None)
+    # What the replay needs besides the seed: the session options that shape the loop
+    # (a trace file holds the perturbation).
     extra: list[str] = []
-    if state.defaults.perturb is not None:
+    if trace_file is not None:
+        extra.append(f"--snakeloop-replay-trace={trace_file}")
+    elif state.defaults.perturb is not None:
         extra.append(f"--snakeloop-perturb={state.defaults.perturb}")
     if state.defaults.virtual_time:
         extra.append("--snakeloop-virtual-time")
@@ -460,6 +494,8 @@ def _seed_report(item: pytest.Item) -> str:
         extra_args=tuple(extra),
         run=item.stash.get(_SEED_RUN, None),
         shared_with=made_for if made_for not in (None, item.nodeid) else None,
+        trace_file=written,
+        replayed=traces.verdict(loop, item.nodeid),
     )
 
 
