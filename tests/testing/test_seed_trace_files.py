@@ -187,3 +187,23 @@ def test_the_section_counts_every_decision_when_the_trace_kept_the_last_only():
     section = seed_section(loop, NODEID)
     assert f"  decisions={total}\n" in section
     assert section.count("\n  it=") == 2
+
+
+def test_other_seeded_tests_of_a_replay_session_name_the_recorded_perturbation(pytester):
+    _, shown = _failing_run_with_trace(pytester)
+    recorded = tracefile.load(pytester.path / shown)
+    other = RACE + (
+        "\n\nimport pytest\n\n"
+        "@pytest.mark.snakeloop(seed=3, virtual_time=False)\n"
+        "async def test_other():\n"
+        "    assert False\n"
+    )
+    result = run(pytester, other, f"--snakeloop-replay-trace={shown}", "-p", "no:asyncio")
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("replay:  pytest 'test_inner.py::test_other'")
+    )
+    assert line.endswith(f"--snakeloop-perturb={','.join(recorded.perturbation)}"), line

@@ -485,7 +485,10 @@ def _seed_report(item: pytest.Item, failed: bool = True) -> str:
     if trace_file is not None:
         extra.append(f"--snakeloop-replay-trace={trace_file}")
     elif state.defaults.perturb is not None:
-        extra.append(f"--snakeloop-perturb={state.defaults.perturb}")
+        perturb = state.defaults.perturb
+        if not isinstance(perturb, str):  # a replayed recording's (name -> option)
+            perturb = ",".join(perturb) or "none"
+        extra.append(f"--snakeloop-perturb={perturb}")
     if state.defaults.virtual_time:
         extra.append("--snakeloop-virtual-time")
     return seed_section(
