@@ -182,6 +182,7 @@ TESTING_MAY_IMPORT = frozenset(
         "snakeloop.insight",
         "snakeloop.seeding",
         "snakeloop.perturbation",
+        "snakeloop.tracefile",
     }
 )
 

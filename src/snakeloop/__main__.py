@@ -6,7 +6,13 @@ snakeloop's policy is installed first, so its ``asyncio.run``,
 ``python -m snakeloop -m package.module [args]`` runs a module the same way.
 ``--seed N`` draws the scheduling choices asyncio leaves open from N (see
 ``snakeloop.seeding``); if the program dies of an exception, the seed, the
-schedule's fingerprint and a replay command are printed.
+schedule's fingerprint, its number of decisions and a replay command are
+printed.  ``--trace FILE`` writes the trace file of the last loop the
+program made when the program ends (``snakeloop.tracefile``), and
+``--replay FILE`` runs the program's loops under that file's seed and
+perturbation, checking each choice against it: the first that differs, or
+a different ``PYTHONHASHSEED``, is warned of.  A program that makes several
+loops is replayed on each of them against the one file.
 ``--virtual-time`` gives every loop the program makes a ``VirtualClock``:
 its sleeps and timeouts take no real time, and a deadlock raises
 ``DeadlockError`` with the report of what each task waits on.
@@ -14,13 +20,15 @@ its sleeps and timeouts take no real time, and a deadlock raises
 
 from __future__ import annotations
 
+import asyncio
 import os
 import runpy
 import shlex
 import sys
 from typing import Any
 
-from .runner import install
+from .loop import Loop
+from .runner import EventLoopPolicy, install
 
 USAGE = (
     "usage: python -m snakeloop [options] SCRIPT [ARGS...]\n"
@@ -29,8 +37,16 @@ USAGE = (
     "  --virtual-time  loop time jumps to the next timer whenever the program is idle\n"
     "  --seed N|random  scheduling choices asyncio leaves open are drawn from seed N\n"
     "                  (also SNAKELOOP_SEED); a crash prints the seed and how to replay it\n"
-    "  --perturb LIST  which choices (default: io_order,io_delay,timer_ties)"
+    "  --perturb LIST  which choices: none, default, all, or names separated by commas\n"
+    "                  (default: default, that is io_order,io_delay,timer_ties,chunking,\n"
+    "                  threadsafe)\n"
+    "  --trace FILE    with a seed: write the run's decisions to FILE when the program\n"
+    "                  ends (also SNAKELOOP_TRACE); a crash's replay command then uses it\n"
+    "  --replay FILE   run under the seed and perturbation FILE recorded, and warn at the\n"
+    "                  first choice that differs from it"
 )
+
+_VALUED = ("--seed", "--perturb", "--trace", "--replay")
 
 
 def _parse_options(args: list[str]) -> tuple[dict[str, Any], list[str]] | str:
@@ -44,7 +60,7 @@ def _parse_options(args: list[str]) -> tuple[dict[str, Any], list[str]] | str:
             options["clock_factory"] = VirtualClock
             args = args[1:]
             continue
-        if flag in ("--seed", "--perturb"):
+        if flag in _VALUED:
             if not value:
                 if len(args) < 2:
                     return f"{flag} needs a value"
@@ -56,8 +72,13 @@ def _parse_options(args: list[str]) -> tuple[dict[str, Any], list[str]] | str:
         return f"unknown option {args[0]}"
     if "seed" not in options and os.environ.get("SNAKELOOP_SEED"):
         options["seed"] = os.environ["SNAKELOOP_SEED"]
-    if "perturb" in options and "seed" not in options:
+    if "trace" not in options and os.environ.get("SNAKELOOP_TRACE"):
+        options["trace"] = os.environ["SNAKELOOP_TRACE"]
+    seeded = "seed" in options or "replay" in options
+    if "perturb" in options and not seeded:
         return "--perturb needs --seed (or SNAKELOOP_SEED)"
+    if "trace" in options and not seeded:
+        return "--trace needs --seed (or SNAKELOOP_SEED) or --replay: an unseeded run has no trace"
     if not args:
         return "a script or -m MODULE is needed"
     return options, args
@@ -73,22 +94,103 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snakeloop: {parsed}\n{USAGE}", file=sys.stderr)
         return 2
     options, args = parsed
-    if "seed" in options:
-        from .seeding import parse_seed
+    trace_path = options.pop("trace", None)
+    replay_path = options.pop("replay", None)
+    recording = None
+    try:
+        if "seed" in options:
+            from .seeding import parse_seed
 
-        try:
             options["seed"] = parse_seed(options["seed"])
-        except (TypeError, ValueError) as exc:
-            print(f"snakeloop: {exc}", file=sys.stderr)
-            return 2
-    policy = install(**options)
+        if replay_path is not None:
+            recording = _recording_to_replay(replay_path, options)
+    except (OSError, TypeError, ValueError) as exc:
+        print(f"snakeloop: {exc}", file=sys.stderr)
+        return 2
+    if trace_path is None and recording is None:
+        policy: EventLoopPolicy = install(**options)
+    else:
+        policy = _RecordingPolicy(recording=recording, **options)
+        asyncio.set_event_loop_policy(policy)
     try:
         _run(args)
     except BaseException:
-        if "seed" in options:
-            _print_replay(policy, options, args)
+        written = _write_trace(policy, trace_path, args)
+        if "seed" in options or recording is not None:
+            _print_replay(policy, options, args, written or replay_path)
         raise
+    _write_trace(policy, trace_path, args)
     return 0
+
+
+class _RecordingPolicy(EventLoopPolicy):
+    """The policy of ``--trace`` and ``--replay``: it holds on to the loops it makes.
+
+    Their traces are written after they are closed (and would otherwise be
+    collected); under ``--replay``, each new loop replays the recording.
+    """
+
+    def __init__(
+        self,
+        *,
+        recording: Any = None,
+        clock_factory: Any = None,
+        seed: int | None = None,
+        perturb: str | None = None,
+    ) -> None:
+        super().__init__(clock_factory=clock_factory, seed=seed, perturb=perturb)
+        self._recording = recording
+        self._make_clock = clock_factory
+        self.loops: list[Loop] = []
+
+    def new_event_loop(self) -> Loop:
+        if self._recording is None:
+            loop = super().new_event_loop()
+        else:
+            options: dict[str, Any] = {"replay": self._recording}
+            if self._make_clock is not None:
+                options["clock"] = self._make_clock()
+            loop = Loop(**options)
+        self.loops.append(loop)
+        return loop
+
+    def last_loop(self) -> Loop | None:
+        return self.loops[-1] if self.loops else None
+
+
+def _recording_to_replay(path: str, options: dict[str, Any]) -> Any:
+    """The recording at ``path``, checked against a ``--seed`` and ``--perturb`` given too."""
+    from .perturbation import IMPLEMENTED
+    from .seeding import parse_perturb
+    from .tracefile import load
+
+    recording = load(path)
+    perturb = options.get("perturb")
+    recording.check_options(
+        options.get("seed"),
+        None if perturb is None else parse_perturb(perturb, available=IMPLEMENTED),
+    )
+    options.pop("perturb", None)
+    options["seed"] = recording.seed
+    return recording
+
+
+def _write_trace(policy: EventLoopPolicy, path: str | None, args: list[str]) -> str | None:
+    """Write the trace file of the policy's last loop to ``path``: the path, or None."""
+    if path is None:
+        return None
+    loop = policy.last_loop()
+    if loop is None or loop.seed is None:
+        print(f"snakeloop: no seeded loop was made; {path} not written", file=sys.stderr)
+        return None
+    from .tracefile import save
+
+    try:
+        save(loop, path, origin=shlex.join(["python", "-m", "snakeloop", *args]))
+    except OSError as exc:
+        print(f"snakeloop: the trace was not written: {exc}", file=sys.stderr)
+        return None
+    return path
 
 
 def _run(args: list[str]) -> None:
@@ -103,20 +205,35 @@ def _run(args: list[str]) -> None:
     runpy.run_path(args[0], run_name="__main__")
 
 
-def _print_replay(policy: Any, options: dict[str, Any], args: list[str]) -> None:
+def _print_replay(
+    policy: EventLoopPolicy, options: dict[str, Any], args: list[str], trace: str | None
+) -> None:
     loop = policy.last_loop()
     seed = options["seed"]
-    perturb = ",".join(loop.perturbation) if loop is not None else options.get("perturb", "")
-    fingerprint = loop.schedule_fingerprint() if loop is not None else "none (no loop was made)"
-    replay = f"SNAKELOOP_SEED={seed} python -m snakeloop "
-    if "perturb" in options:
-        replay += f"--perturb {shlex.quote(options['perturb'])} "
+    if loop is not None and loop.seed is not None:
+        from .tracefile import record
+
+        run = record(loop)
+        perturb = ",".join(run.perturbation)
+        fingerprint = run.fingerprint
+        decisions = str(run.count)  # all it made, not only those its trace kept
+    else:
+        perturb = options.get("perturb") or "default"
+        fingerprint = "none (no loop was made)"
+        decisions = "0"
+    if trace is not None:
+        replay = f"python -m snakeloop --replay {shlex.quote(trace)} "
+    else:
+        replay = f"SNAKELOOP_SEED={seed} python -m snakeloop "
+        if options.get("perturb") is not None:
+            replay += f"--perturb {shlex.quote(options['perturb'])} "
     if "clock_factory" in options:
         replay += "--virtual-time "
     replay += " ".join(shlex.quote(arg) for arg in args)
     print(
         f"snakeloop: this run used seed={seed} perturb={perturb} fingerprint={fingerprint}; "
-        f"replay: {replay} (PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', 'random')})",
+        f"decisions={decisions}; replay: {replay} "
+        f"(PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED') or 'random'})",
         file=sys.stderr,
     )
 

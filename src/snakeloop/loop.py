@@ -218,7 +218,26 @@ class Loop(
         if io_backend is None:
             io_backend = default_backend()
         schedule = None
-        if seed is not None:
+        recording = None
+        if replay is not None:
+            from .tracefile import Recording
+
+            if isinstance(replay, Recording):
+                recording = replay
+        if recording is not None:
+            # A trace file's recording: the seed and perturbation are the recording's.
+            from .perturbation import IMPLEMENTED
+            from .seeding import parse_perturb, parse_seed
+
+            recording.check_options(
+                None if seed is None else parse_seed(seed),
+                None if perturb is None else parse_perturb(perturb, available=IMPLEMENTED),
+            )
+            schedule = recording.schedule(trace)
+            if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
+                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
+            recording.warn_if_environment_differs(stacklevel=3)
+        elif seed is not None:
             from .perturbation import IMPLEMENTED
             from .seeding import Schedule, parse_perturb, parse_seed
 

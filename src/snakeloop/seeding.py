@@ -32,6 +32,7 @@ __all__ = [
     "Decision",
     "ReplayDivergenceWarning",
     "Schedule",
+    "Trace",
     "derive_seed",
     "parse_perturb",
     "parse_seed",
@@ -62,6 +63,31 @@ class Decision(NamedTuple):
     iteration: int
     kind: str
     detail: str
+
+
+class Trace(list[Decision]):
+    """The last decisions of a run, oldest first, and how many the run made in all.
+
+    A loop keeps its last ``trace`` decisions: ``total`` can be more than
+    ``len()``, and then the first decisions are not here.
+    """
+
+    __slots__ = ("total",)
+
+    def __init__(self, decisions: Iterable[Decision] = (), total: int | None = None) -> None:
+        super().__init__(decisions)
+        #: How many decisions the run made, kept here or not.
+        self.total: int = len(self) if total is None else total
+
+    @property
+    def first(self) -> int:
+        """The number (from 1) of the first decision kept here."""
+        return self.total - len(self) + 1
+
+    @property
+    def truncated(self) -> bool:
+        """True when the run's first decisions were dropped."""
+        return self.total > len(self)
 
 
 class ReplayDivergenceWarning(RuntimeWarning):
@@ -142,7 +168,16 @@ def parse_perturb(
 
 
 class Schedule:
-    """The seed, the dimensions' random streams and the record of what they chose."""
+    """The seed, the dimensions' random streams and the record of what they chose.
+
+    Given ``expected`` (a recorded run's decisions), it checks each decision
+    against the recording as it is made, and warns ``ReplayDivergenceWarning``
+    once, at the first difference.  A recording that kept only its last
+    decisions (``expected_first`` > 1) is checked on what it kept; the
+    decisions it dropped are checked through its fingerprint when the run
+    ends (``finish``), and a divergence among them is reported as such,
+    never as a decision it cannot name.
+    """
 
     __slots__ = (
         "seed",
@@ -152,6 +187,9 @@ class Schedule:
         "_trace",
         "_count",
         "_expected",
+        "_expected_first",
+        "_expected_count",
+        "_expected_fingerprint",
         "divergence",
     )
 
@@ -161,10 +199,32 @@ class Schedule:
         perturbation: Mapping[str, object],
         trace: int = 10_000,
         expected: Sequence[Decision] | None = None,
+        *,
+        expected_first: int = 1,
+        expected_count: int | None = None,
+        expected_fingerprint: str | None = None,
     ) -> None:
-        """``expected``: the whole trace of a recorded run, to replay it decision by decision."""
+        """``expected``: a recorded run's decisions, to replay it decision by decision.
+
+        ``expected_first``: the number (from 1) of ``expected[0]`` when the
+        recording kept only its last decisions; ``expected_count``: how many
+        decisions the recorded run made (``expected`` reaches its last one);
+        ``expected_fingerprint``: the recorded run's fingerprint, compared when
+        the run ends.
+        """
         self.seed = seed
         self._expected = None if expected is None else [Decision(*d) for d in expected]
+        self._expected_first = expected_first
+        # The number of the recording's last decision (0 when nothing is replayed).
+        self._expected_count = (
+            0 if self._expected is None else len(self._expected) + expected_first - 1
+        )
+        if expected_count is not None and expected_count != self._expected_count:
+            raise ValueError(
+                f"a recording of {expected_count} decisions that keeps decisions "
+                f"{expected_first} to {self._expected_count} is inconsistent"
+            )
+        self._expected_fingerprint = expected_fingerprint
         #: The first difference from the recorded run, once there is one.
         self.divergence: str | None = None
         self.perturbation = dict(perturbation)
@@ -189,32 +249,69 @@ class Schedule:
         self._trace.append(decision)
         expected = self._expected
         if expected is not None and self.divergence is None:
-            index = self._count - 1
-            if index >= len(expected):
-                self._diverged(f"the recorded run made {len(expected)} decisions, this one more")
-            elif expected[index] != decision:
-                recorded = expected[index]
+            count = self._count
+            if count > self._expected_count:
                 self._diverged(
-                    f"diverged at decision {self._count} (iteration {iteration}): recorded "
-                    f"'{recorded.kind} {recorded.detail}' at iteration {recorded.iteration}, "
-                    f"observed '{kind} {detail}'"
+                    f"made more decisions than the {self._expected_count} the recorded run made"
                 )
+            elif count >= self._expected_first:
+                recorded = expected[count - self._expected_first]
+                if recorded != decision:
+                    self._diverged(
+                        self.mismatch(count, recorded, decision, kept_from=self._expected_first)
+                    )
+
+    @staticmethod
+    def mismatch(number: int, recorded: Decision, observed: Decision, *, kept_from: int) -> str:
+        """What differs at decision ``number``; ``kept_from``: the first one compared."""
+        where = f"diverged at decision {number} (iteration {observed.iteration})"
+        if kept_from > 1:
+            # The recording dropped its first decisions: an earlier one may differ already.
+            where = (
+                f"diverged at decision {number} (iteration {observed.iteration}) or before it "
+                f"(the recording kept decisions {kept_from} on only)"
+            )
+        return (
+            f"{where}: recorded '{recorded.kind} {recorded.detail}' at iteration "
+            f"{recorded.iteration}, observed '{observed.kind} {observed.detail}'"
+        )
+
+    @staticmethod
+    def fingerprint_mismatch(first: int, last: int) -> str:
+        """What a replay that made decisions ``first`` to ``last`` alike but ends unlike did."""
+        if first > 1:
+            return (
+                f"made the same decisions {first} to {last} as the recording, but its "
+                f"fingerprint differs: one of the first {first - 1} decisions, which the "
+                "recording did not keep, differs"
+            )
+        return "made every recorded decision, but its fingerprint differs from the recorded one"
 
     def finish(self) -> None:
-        """The run is over: a replay that made fewer decisions than the recording diverged."""
-        expected = self._expected
-        if expected is not None and self.divergence is None and self._count < len(expected):
-            self._diverged(
-                f"ended after {self._count} decisions; the recorded run made {len(expected)}"
-            )
+        """The run is over: compare how many decisions it made, and its fingerprint."""
+        if self._expected is None or self.divergence is not None:
+            return
+        recorded = self._expected_count
+        if self._count < recorded:
+            self._diverged(f"ended after {self._count} decisions; the recorded run made {recorded}")
+        elif (
+            self._expected_fingerprint is not None
+            and self._expected_fingerprint != self.fingerprint()
+        ):
+            self._diverged(self.fingerprint_mismatch(self._expected_first, recorded))
 
     def _diverged(self, what: str) -> None:
-        self.divergence = (
-            f"snakeloop: replay of seed {self.seed} {what}. The run depends on timing outside "
+        self.divergence = self.divergence_text(self.seed, what)
+        warnings.warn(self.divergence, ReplayDivergenceWarning, stacklevel=4)
+
+    @staticmethod
+    def divergence_text(seed: int, what: str) -> str:
+        """The report of a replay of ``seed`` that ``what`` (it diverged)."""
+        return (
+            f"snakeloop: replay of seed {seed} {what}. The run depends on timing outside "
             "the loop (a peer, a thread or a process it does not control); results after this "
             "point are not a replay."
         )
-        warnings.warn(self.divergence, ReplayDivergenceWarning, stacklevel=4)
 
     @property
     def decisions(self) -> int:
@@ -225,6 +322,6 @@ class Schedule:
         """A hex digest of every decision so far: equal runs have equal fingerprints."""
         return self._hash.hexdigest()
 
-    def trace(self) -> list[Decision]:
-        """The last decisions, oldest first."""
-        return list(self._trace)
+    def trace(self) -> Trace:
+        """The last decisions, oldest first, with the count of all (``Trace.total``)."""
+        return Trace(self._trace, self._count)

@@ -6,6 +6,7 @@ test's node id, and returns text.
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import Any
 
@@ -13,8 +14,6 @@ __all__ = ["LAST_DECISIONS", "replay_command", "seed_section", "unreached_seed_s
 
 #: How many of the loop's last decisions the section lists.
 LAST_DECISIONS = 10
-#: How many decisions a loop's trace keeps by default.
-TRACE_LENGTH = 10_000
 
 
 def seed_section(
@@ -24,6 +23,8 @@ def seed_section(
     extra_args: tuple[str, ...] = (),
     run: tuple[int, int] | None = None,
     shared_with: str | None = None,
+    trace_file: str | None = None,
+    replayed: list[str] | tuple[str, ...] = (),
 ) -> str:
     """What a seeded ``loop`` chose, for the failed test ``nodeid``.
 
@@ -31,16 +32,16 @@ def seed_section(
     ``run``: (index, runs) when the test is one of the runs of ``--snakeloop-seeds``,
     whose ``nodeid`` is then the one of the test it repeats.
     ``shared_with``: the test the loop was made for, when it is another one.
+    ``trace_file``: the trace file written for this run.
+    ``replayed``: how this run compares with the recording it replays.
     """
     seed = loop.seed
     perturbation = ",".join(loop.perturbation) or "none"
     trace = loop.schedule_trace()
-    # The loop says only its last decisions (the trace's length, TRACE_LENGTH by
-    # default): a full trace means at least that many.
-    count = f">={len(trace)}" if len(trace) >= TRACE_LENGTH else f"={len(trace)}"
     lines = [
         f"seed={seed}  perturb={perturbation}",
-        f"fingerprint={loop.schedule_fingerprint()}  decisions{count}",
+        # Every decision the run made, the dropped ones too (the trace keeps the last).
+        f"fingerprint={loop.schedule_fingerprint()}  decisions={trace.total}",
     ]
     if run is not None and run[1] > 1:
         lines.append(f"failed on run {run[0] + 1} of {run[1]}")
@@ -48,7 +49,15 @@ def seed_section(
         lines.append(f"this loop was made for {shared_with}, which other tests share")
         # The seed is that test's: replaying it replays the loop, not this run.
         nodeid, run = shared_with, None
-    lines.append("replay:  " + replay_command(nodeid, seed, extra_args, run=run))
+    if trace_file is not None:
+        lines.append(f"trace:  {trace_file}")
+    prefix = ""
+    hash_seed = os.environ.get("PYTHONHASHSEED")
+    if any(part.startswith("--snakeloop-replay-trace=") for part in extra_args) and hash_seed:
+        # The recording's string hashes are had again only under the same hash seed.
+        prefix = f"PYTHONHASHSEED={shlex.quote(hash_seed)} "
+    lines.append("replay:  " + prefix + replay_command(nodeid, seed, extra_args, run=run))
+    lines.extend(replayed)
     if trace:
         lines.append("last decisions:")
         lines.extend(f"  it={d.iteration} {d.kind} {d.detail}" for d in trace[-LAST_DECISIONS:])

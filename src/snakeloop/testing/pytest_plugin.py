@@ -88,6 +88,7 @@ from ._pytest_loops import (
     settings_of,
 )
 from ._pytest_seed_runs import SeedFailures, parametrize_runs, seed_run_of
+from ._pytest_traces import TRACES, SessionTraces, session_traces
 from ._seed_report import replay_command, seed_section, unreached_seed_section
 from ._seed_run import SeedRun
 from ._settings import (
@@ -162,6 +163,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K",
         help="run each seeded test K times, as K items (test[seed0]..), under seeds derived "
         "from the root seed and the test's node id (environment: SNAKELOOP_SEEDS)",
+    )
+    group.addoption(
+        "--snakeloop-trace",
+        default=None,
+        metavar="DIR",
+        help="write the trace file of each seeded test run that fails into DIR, for "
+        "--snakeloop-replay-trace (environment: SNAKELOOP_TRACE_DIR)",
+    )
+    group.addoption(
+        "--snakeloop-replay-trace",
+        default=None,
+        metavar="FILE",
+        help="run the test FILE recorded under its seed and perturbation, and say whether "
+        "its choices were the recorded ones (environment: SNAKELOOP_REPLAY_TRACE)",
     )
     group.addoption(
         "--snakeloop-deadlock",
@@ -249,6 +264,15 @@ def _session_seeding(config: pytest.Config) -> dict[str, Any]:
         except ValueError as exc:
             raise pytest.UsageError(f"snakeloop: {source}: {exc}") from None
         found["perturb"] = perturb
+    _, directory = _option(config, "snakeloop_trace", "SNAKELOOP_TRACE_DIR")
+    source, replay_trace = _option(config, "snakeloop_replay_trace", "SNAKELOOP_REPLAY_TRACE")
+    try:
+        # The recording, if any, gives the replay its seed and perturbation.
+        config.stash[TRACES] = session_traces(
+            config.invocation_params.dir, directory, replay_trace, found
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"snakeloop: {source}: {exc}") from None
     return found
 
 
@@ -442,9 +466,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if call.excinfo is not None:
-        seeded = _seed_report(item) if call.when == "call" else ""
-        parts = [seeded, _loop_report(call.excinfo.value)]
+    traces = item.config.stash.get(TRACES, None)
+    replaying = traces is not None and traces.target == item.nodeid
+    excinfo = call.excinfo
+    if excinfo is not None or (replaying and call.when == "call"):
+        # A replay against a trace says how it went, passed or failed (-rP shows it).
+        seeded = _seed_report(item, excinfo is not None) if call.when == "call" else ""
+        parts = [seeded, "" if excinfo is None else _loop_report(excinfo.value)]
         text = "\n\n".join(part for part in parts if part)
         if text:
             report.sections.append(("snakeloop", text))
@@ -453,11 +481,17 @@ def pytest_runtest_makereport(
     return report
 
 
-def _replay_args(state: PluginState) -> tuple[str, ...]:
-    """What a replay needs besides the seed: the session options that shape the loop."""
+def _replay_args(state: PluginState, trace_file: str | None) -> tuple[str, ...]:
+    """What a replay needs besides the seed: the session options that shape the loop
+    (a trace file holds the perturbation)."""
     extra: list[str] = []
-    if state.defaults.perturb is not None:
-        extra.append(f"--snakeloop-perturb={state.defaults.perturb}")
+    if trace_file is not None:
+        extra.append(f"--snakeloop-replay-trace={trace_file}")
+    elif state.defaults.perturb is not None:
+        perturb = state.defaults.perturb
+        if not isinstance(perturb, str):  # a replayed recording's (name -> option)
+            perturb = ",".join(perturb) or "none"
+        extra.append(f"--snakeloop-perturb={perturb}")
     if state.defaults.virtual_time:
         extra.append("--snakeloop-virtual-time")
     return tuple(extra)
@@ -471,7 +505,7 @@ def _run_of(item: pytest.Item) -> tuple[str, tuple[int, int] | None]:
     return run[0], (run[1], settings_of(item).seed_runs)
 
 
-def _seed_report(item: pytest.Item) -> str:
+def _seed_report(item: pytest.Item, failed: bool = True) -> str:
     state = PluginState.of(item.config)
     nodeid, run = _run_of(item)
     loop = item.stash.get(SEEDED_LOOP, None)
@@ -485,16 +519,22 @@ def _seed_report(item: pytest.Item) -> str:
             seed_run.seed,
             _perturbation(seed_run.perturb),
             nodeid,
-            extra_args=_replay_args(state),
+            extra_args=_replay_args(state, None),
             run=run,
         )
+    traces = item.config.stash.get(TRACES, None) or SessionTraces()
+    # Files and replays name the test a run repeats: its replay is that test alone.
+    written = traces.write(loop, nodeid) if failed else None
+    trace_file = written or (traces.recording_path if traces.target == nodeid else None)
     made_for = state.made_for.get(loop)
     return seed_section(
         loop,
         nodeid,
-        extra_args=_replay_args(state),
+        extra_args=_replay_args(state, trace_file),
         run=run,
         shared_with=made_for if made_for not in (None, item.nodeid) else None,
+        trace_file=written,
+        replayed=traces.verdict(loop, nodeid),
     )
 
 
@@ -515,7 +555,7 @@ def _count_failed_run(item: pytest.Item) -> None:
     found.failed.append((run[0], seed))
     if len(found.failed) == 1:
         found.replay = replay_command(
-            nodeid, seed, _replay_args(PluginState.of(item.config)), run=run
+            nodeid, seed, _replay_args(PluginState.of(item.config), None), run=run
         )
 
 
