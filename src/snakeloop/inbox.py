@@ -69,7 +69,9 @@ class Inbox:
         """At a poll: take new arrivals in, hand on every callback whose turn came."""
         arrivals = self._arrivals
         waiting = self._waiting
-        while arrivals:
+        # Only the calls there now: other threads append while this runs, and a drain
+        # that took them too would never end under a steady flood of calls.
+        for _ in range(len(arrivals)):
             thread, handle = arrivals.popleft()
             polls = self._stream.randint(0, _MAX_DEFERRAL)
             queue = waiting.get(thread)
