@@ -29,7 +29,7 @@ from typing import Any
 
 from .seeding import Schedule
 
-__all__ = ["Chunking"]
+__all__ = ["Chunking", "ChunkedSocket"]
 
 # A read takes everything it may with this probability; otherwise a size
 # drawn log-uniformly below it (1 byte about as likely as 2-3 or 4-7...).
@@ -78,3 +78,41 @@ class Chunking:
         if wanted <= 1 or sock.type != socket.SOCK_STREAM:
             return wanted
         return self.size(sock.fileno(), wanted)
+
+    def view(self, sock: socket.socket) -> Any:
+        """``sock`` as ``sock_recv``/``sock_recv_into`` should read it: chunked if a stream."""
+        if sock.type != socket.SOCK_STREAM:
+            return sock  # datagrams are never cut
+        return ChunkedSocket(sock, self)
+
+
+class ChunkedSocket:
+    """A stream socket seen through ``Chunking``: each read takes a drawn size at most.
+
+    Just what the ``sock_recv``/``sock_recv_into`` operations use of a
+    socket, so a seeded loop runs those very operations on it.  Each read
+    looks the socket's method up again, as they do (code may replace it
+    while a read waits).
+    """
+
+    __slots__ = ("_sock", "_chunking")
+
+    def __init__(self, sock: socket.socket, chunking: Chunking) -> None:
+        self._sock = sock
+        self._chunking = chunking
+
+    def __repr__(self) -> str:
+        return repr(self._sock)
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def gettimeout(self) -> float | None:
+        return self._sock.gettimeout()
+
+    def recv(self, n: int) -> bytes:
+        return self._sock.recv(self._chunking.size_for(self._sock, n))
+
+    def recv_into(self, buf: Any, nbytes: int = 0) -> int:
+        wanted = nbytes or memoryview(buf).nbytes
+        return self._sock.recv_into(buf, self._chunking.size_for(self._sock, wanted))
