@@ -262,6 +262,11 @@ class Loop(
                 # unseeded loop's call_later pays nothing.
                 self._tie_stream = schedule.stream("timer_ties")
                 self.__dict__["_push_timer"] = self._push_timer_in_a_tie
+            if "timer_delay" in schedule.perturbation:
+                from .perturbation import PollEveryIteration, TimerDelay
+
+                perturbed.timer_delay = TimerDelay(self, schedule)
+                self._internal_readers = PollEveryIteration(self._internal_readers)
             if "chunking" in schedule.perturbation:
                 from .chunking import Chunking
 

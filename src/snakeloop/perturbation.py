@@ -23,6 +23,13 @@ What asyncio leaves open, and so may be chosen by the seed:
   order of the tie equally likely.  Timers of different deadlines keep
   their order, and none fires before its deadline.
 
+- ``timer_delay`` (opt-in): how late a due timer runs (asyncio only
+  promises "not before its deadline").  With probability 0.1, when
+  callbacks are already ready, the timers due at one poll wait one
+  iteration (``TimerDelay``), as on a machine that reached the check a
+  little early.  They keep their order, none runs early, and the next
+  iteration is never held, so a timer waits one iteration at most.
+
 - ``chunking``: where a stream's bytes are split between reads ("any
   split"): a TCP or Unix stream read, a transport's or ``sock_recv``'s,
   takes ``min(available, drawn)`` bytes, small sizes favoured
@@ -45,18 +52,20 @@ module, decides that.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from .seeding import Schedule
 
-__all__ = ["IMPLEMENTED", "PerturbedPoll"]
+__all__ = ["IMPLEMENTED", "PerturbedPoll", "PollEveryIteration", "TimerDelay"]
 
 #: The dimensions this build implements (the others are refused by name).
 IMPLEMENTED = (
     "io_order",
     "io_delay",
     "timer_ties",
+    "timer_delay",
     "chunking",
     "threadsafe",
     "signals",
@@ -65,6 +74,7 @@ IMPLEMENTED = (
 
 _DELAY_PROBABILITY = 0.25
 _MAX_DELAY = 3
+_TIMER_DELAY_PROBABILITY = 0.1
 
 
 class PerturbedPoll:
@@ -80,6 +90,7 @@ class PerturbedPoll:
         "_iteration",
         "inbox",
         "signal_inbox",
+        "timer_delay",
     )
 
     def __init__(
@@ -100,6 +111,8 @@ class PerturbedPoll:
         # Other threads' callbacks, when "threadsafe" is perturbed (set by the loop).
         self.inbox: Any = None
         self.signal_inbox: Any = None
+        # Due timers held back an iteration, when "timer_delay" is perturbed (set by the loop).
+        self.timer_delay: TimerDelay | None = None
 
     @property
     def iteration(self) -> int:
@@ -112,6 +125,7 @@ class PerturbedPoll:
             bool(self._held)
             or (self.inbox is not None and self.inbox.holding())
             or (self.signal_inbox is not None and self.signal_inbox.holding())
+            or (self.timer_delay is not None and self.timer_delay.holding)
         )
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
@@ -119,6 +133,9 @@ class PerturbedPoll:
             timeout = 0
         events = self._os_poll(timeout)
         self._iteration += 1
+        if self.timer_delay is not None:
+            # Before the inbox hands on its callbacks: "ready" means ready before this poll.
+            self.timer_delay.choose(self._iteration)
         if self.inbox is not None:
             self.inbox.release(self._iteration)
         if self.signal_inbox is not None:
@@ -158,3 +175,59 @@ class PerturbedPoll:
                 continue
             passed.append((fd, mask))
         return passed
+
+
+class TimerDelay:
+    """``timer_delay``: the timers due at a poll may wait one iteration.
+
+    The core moves to the ready queue every timer due before ``now + clock
+    resolution`` (the step after the poll).  Holding sets the loop's
+    resolution to minus infinity for that one iteration, so that no timer
+    is due; the heap is left as it is, so nothing is lost or reordered, and
+    the next poll's timeout is 0 (its earliest timer is overdue).  That
+    next poll puts the resolution back and is never held itself: a timer
+    waits one iteration at most.  Only while callbacks are ready, so the
+    held iteration runs something and the wait is never idle.
+    """
+
+    __slots__ = ("_loop", "_schedule", "_stream", "holding")
+
+    def __init__(self, loop: Any, schedule: Schedule) -> None:
+        self._loop = loop
+        self._schedule = schedule
+        self._stream = schedule.stream("timer_delay")
+        self.holding = False
+
+    def choose(self, iteration: int) -> None:
+        """Called by each poll, before the core looks for due timers."""
+        loop = self._loop
+        if self.holding:
+            # From the clock, not a saved copy: set_clock may have run between.
+            loop._clock_resolution = loop._clock.resolution
+            self.holding = False
+            return
+        scheduled = loop._scheduled
+        ready = len(loop._ready)
+        if not ready or not scheduled or scheduled[0] >= loop._now() + loop._clock_resolution:
+            return
+        if self._stream.random() >= _TIMER_DELAY_PROBABILITY:
+            return
+        loop._clock_resolution = -math.inf
+        self.holding = True
+        self._schedule.record(iteration, "timer_delay", f"due timers wait behind {ready} ready")
+
+
+class PollEveryIteration(dict):  # type: ignore[type-arg]
+    """A loop's table of internal readers that makes its core poll every iteration.
+
+    The core skips the poll when callbacks are ready and no fd is watched
+    (it tests this table among others).  A loop with ``timer_delay`` takes
+    this table instead of the plain dict, so that the poll after a held
+    iteration always comes and hands the timers back, as asyncio, which
+    polls every iteration, would.
+    """
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
