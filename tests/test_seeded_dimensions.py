@@ -10,6 +10,7 @@ order, and ``drain()`` waits for a slow reader; datagrams stay whole).
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -34,7 +35,7 @@ def run_seeded(main, seed, perturb, **options):
 
 
 def test_the_opt_in_dimensions_are_available_and_off_by_default():
-    for name in ("timer_delay",):
+    for name in ("timer_delay", "chunking_writes"):
         assert name in IMPLEMENTED
         assert name in parse_perturb("all", available=IMPLEMENTED)
         assert name not in parse_perturb("default", available=IMPLEMENTED)
@@ -86,14 +87,20 @@ def timers_around_a_busy_task(scale):
 
 
 def check_timers(timers):
-    """asyncio's promise: never before the deadline, and in deadline order (FIFO in a tie)."""
+    """Never before the deadline, and in deadline order, as in asyncio.
+
+    Timers of one deadline run in the order they were set: asyncio leaves
+    that open, snakeloop keeps it unless ``timer_ties`` is perturbed.
+    """
     for timer in timers:
         assert "ran" in timer, timer  # none starved
         assert timer["ran_at"] >= timer["when"], timer
     for a in timers:
         for b in timers:
-            # b was waiting when a ran and is due first: b ran first.
-            if b["set"] < a["ran"] and (b["when"], b["seq"]) < (a["when"], a["seq"]):
+            # b was in the heap when a left it for the ready queue (set at an
+            # earlier step than the one that ran just before a, in a's
+            # iteration), and is due first: b ran first.
+            if b["tick"] < a["ran_tick"] and (b["when"], b["seq"]) < (a["when"], a["seq"]):
                 assert b["ran"] < a["ran"], (a, b)
 
 
@@ -152,3 +159,169 @@ def test_timer_delay_is_recorded_and_replays():
         )
         assert ([t["ran_tick"] for t in timers], fingerprint) == recorded
     assert len({fingerprint for _, fingerprint in runs.values()}) == len(runs)
+
+
+# -- chunking_writes -----------------------------------------------------------------------
+
+PAYLOAD = bytes(range(256)) * 80 + b"tail"  # 20 KiB and a bit
+HIGH_WATER = 2048
+
+
+async def writes_to_a_slow_reader():
+    """Write in bursts, drain after each; the reader takes 100 bytes a step."""
+    a, b = socket.socketpair()
+    _, writer = await asyncio.open_connection(sock=a)
+    reader, other_writer = await asyncio.open_connection(sock=b)
+    writer.transport.set_write_buffer_limits(high=HIGH_WATER)
+    over_the_mark = 0
+
+    async def send():
+        nonlocal over_the_mark
+        for start in range(0, len(PAYLOAD), 4096):
+            burst = PAYLOAD[start : start + 4096]
+            for at in range(0, len(burst), 1024):
+                writer.write(burst[at : at + 1024])
+            # Past the high-water mark the protocol was paused: drain() must wait.
+            over_the_mark += writer.transport.get_write_buffer_size() > HIGH_WATER
+            await writer.drain()
+        writer.writelines([b"x" * 100, memoryview(b"y" * 100), bytearray(b"z" * 100)])
+        await writer.drain()
+        writer.write_eof()
+
+    async def receive():
+        got = bytearray()
+        while chunk := await reader.read(100):
+            got += chunk
+            await asyncio.sleep(0)
+        return bytes(got)
+
+    _, got = await asyncio.gather(send(), receive())
+    for w in (writer, other_writer):
+        w.close()
+        await w.wait_closed()
+    return got, over_the_mark
+
+
+WRITTEN = PAYLOAD + b"x" * 100 + b"y" * 100 + b"z" * 100
+
+
+def test_chunking_writes_conserves_bytes_and_drain_waits_for_a_slow_reader():
+    (got, over), _, _ = run_seeded(writes_to_a_slow_reader, None, None)
+    assert got == WRITTEN
+    assert over == 0  # the kernel takes each burst whole: drain() never waits
+    waited = 0
+    for seed in SEEDS:
+        (got, over), _, trace = run_seeded(writes_to_a_slow_reader, seed, "chunking_writes")
+        assert got == WRITTEN, seed
+        waited += over > 0
+    assert waited > len(SEEDS) // 2, waited
+
+
+def test_chunking_writes_are_recorded_and_replay():
+    fingerprints = set()
+    for seed in range(4):
+        _, fingerprint, trace = run_seeded(writes_to_a_slow_reader, seed, "chunking_writes")
+        cuts = [decision for decision in trace if decision.kind == "chunking_writes"]
+        assert cuts and len(cuts) == len(trace), trace
+        for decision in cuts:
+            words = decision.detail.split()  # "fd N send at most K of M bytes"
+            assert words[0] == "fd" and words[2:5] == ["send", "at", "most"], decision
+            assert 0 < int(words[5]) < int(words[7]), decision
+        for _ in range(2):
+            assert run_seeded(writes_to_a_slow_reader, seed, "chunking_writes")[1] == fingerprint
+        fingerprints.add(fingerprint)
+    assert len(fingerprints) == 4
+
+
+async def sock_sendall_pair():
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    with a, b:
+
+        async def receive():
+            got = bytearray()
+            while len(got) < len(PAYLOAD):
+                got += await loop.sock_recv(b, 4096)
+            return bytes(got)
+
+        receiving = asyncio.ensure_future(receive())
+        await loop.sock_sendall(a, PAYLOAD)
+        await loop.sock_sendall(a, memoryview(b""))
+        return await receiving
+
+
+def test_sock_sendall_sends_every_byte_in_parts():
+    parted = 0
+    for seed in range(60):
+        got, _, trace = run_seeded(sock_sendall_pair, seed, "chunking_writes")
+        assert got == PAYLOAD, seed
+        parted += any(decision.kind == "chunking_writes" for decision in trace)
+    assert parted > 30, parted
+
+
+DATAGRAMS = [b"a", b"bb" * 10, bytes(range(256)) * 4, b"z" * 3000]
+
+
+class Gather(asyncio.DatagramProtocol):
+    def __init__(self, expected, done):
+        self.datagrams = []
+        self.expected = expected
+        self.done = done
+
+    def datagram_received(self, data, addr):
+        self.datagrams.append(data)
+        if len(self.datagrams) == self.expected:
+            self.done.set_result(None)
+
+
+async def datagrams_both_ways():
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    receiver, gather = await loop.create_datagram_endpoint(
+        lambda: Gather(2 * len(DATAGRAMS), done), local_addr=("127.0.0.1", 0)
+    )
+    address = receiver.get_extra_info("sockname")
+    sender, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, remote_addr=address)
+    connected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    connected.setblocking(False)
+    try:
+        connected.connect(address)
+        for datagram in DATAGRAMS:
+            sender.sendto(datagram)
+        for datagram in DATAGRAMS:
+            await loop.sock_sendall(connected, datagram)
+        await asyncio.wait_for(done, 10)
+    finally:
+        connected.close()
+        sender.close()
+        receiver.close()
+    return gather.datagrams
+
+
+def test_datagrams_are_sent_whole():
+    for seed in range(40):
+        datagrams, _, trace = run_seeded(datagrams_both_ways, seed, "chunking_writes")
+        assert sorted(datagrams) == sorted(DATAGRAMS * 2), seed
+        assert trace == [], trace
+
+
+def test_an_unseeded_loop_sends_through_its_sockets():
+    async def transport_socket():
+        a, b = socket.socketpair()
+        _, writer = await asyncio.open_connection(sock=a)
+        try:
+            return type(writer.transport._sock)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            b.close()
+
+    plain = snakeloop.new_event_loop()
+    try:
+        assert plain._write_chunking is None
+        assert "sock_sendall" not in vars(plain)
+        assert plain.run_until_complete(transport_socket()) is socket.socket
+    finally:
+        plain.close()

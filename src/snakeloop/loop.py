@@ -186,8 +186,9 @@ class Loop(
     _inbox: Any = None
     # Where a seeded loop's signal handlers wait (perturb "signals"), or None.
     _signal_inbox: Any = None
-    # A seeded loop's chunking policy (snakeloop.chunking), when that dimension is on.
+    # A seeded loop's chunking policies (snakeloop.chunking), when those dimensions are on.
     _chunking: Any = None
+    _write_chunking: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -275,6 +276,12 @@ class Loop(
                 self._chunking = Chunking(schedule, perturbed)
                 self.__dict__["sock_recv"] = self._sock_recv_chunked
                 self.__dict__["sock_recv_into"] = self._sock_recv_into_chunked
+            if "chunking_writes" in schedule.perturbation:
+                from .chunking import WriteChunking
+
+                # Stream transports send through a capped view of their socket.
+                self._write_chunking = WriteChunking(schedule, perturbed)
+                self.__dict__["sock_sendall"] = self._sock_sendall_chunked
         self.set_clock(MonotonicClock() if clock is None else clock)
         self._debug = debug_from_environment()
         self._task_factory: _TaskFactory | None = None

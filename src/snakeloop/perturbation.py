@@ -35,6 +35,11 @@ What asyncio leaves open, and so may be chosen by the seed:
   takes ``min(available, drawn)`` bytes, small sizes favoured
   (``snakeloop.chunking``).  Bytes are conserved and keep their order;
   datagram reads are never cut.
+- ``chunking_writes`` (opt-in): how much of what it is offered a stream
+  send takes: a transport's ``send``/``sendmsg`` and ``sock_sendall``'s
+  sends are capped at a drawn size, small ones favoured, so partial
+  writes, ``pause_writing`` and ``drain()`` happen on a fast loopback too.
+  Datagram sends are never cut.
 
 - ``threadsafe``: when another thread's ``call_soon_threadsafe`` joins the
   loop (``inbox.py``): handed on at a poll 0 to 2 polls late, each thread's
@@ -67,6 +72,7 @@ IMPLEMENTED = (
     "timer_ties",
     "timer_delay",
     "chunking",
+    "chunking_writes",
     "threadsafe",
     "signals",
     "epoch",

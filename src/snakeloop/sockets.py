@@ -149,6 +149,9 @@ class _Unsent:
 class SocketMixin(LoopMixinBase):
     """``sock_recv`` & co. on top of ``_add_reader``/``_add_writer``."""
 
+    # A seeded loop's chunking_writes policy (snakeloop.chunking), or None: see Loop.
+    _write_chunking: Any
+
     # -- shared plumbing ------------------------------------------------------
 
     def _check_sock(self, sock):
@@ -344,6 +347,12 @@ class SocketMixin(LoopMixinBase):
             self._write_finished(fd, fut, None, None)
         else:
             unsent.view = view[sent:]
+
+    async def _sock_sendall_chunked(self, sock: socket.socket, data: ReadableBuffer) -> None:
+        # sock_sendall of a seeded loop with ``chunking_writes`` (installed on
+        # that loop only): each send of a stream socket takes a drawn part
+        # (snakeloop.chunking.SendingInChunks); a datagram socket is left whole.
+        await SocketMixin.sock_sendall(self, self._write_chunking.view(sock), data)
 
     async def sock_sendto(
         self, sock: socket.socket, data: ReadableBuffer, address: _Address

@@ -101,6 +101,11 @@ class SocketTransport(SocketTransportBase, transports.Transport):
     ) -> None:
         transports.Transport.__init__(self, extra)
         self._attach_socket(loop, sock)
+        write_chunking = getattr(loop, "_write_chunking", None)
+        if write_chunking is not None:
+            # A seeded loop's ``chunking_writes``: every send of this transport
+            # takes a drawn part of what it is offered (snakeloop.chunking).
+            self._sock = write_chunking.view(sock)
         self._protocol_connected = False
         self._buffered_protocol: bool | None = None  # set_protocol says which reader fits
         # A seeded loop's ``chunking`` (snakeloop.chunking) draws the size of
