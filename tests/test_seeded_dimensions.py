@@ -144,6 +144,16 @@ def test_timer_delay_with_the_real_clock():
         check_timer_decisions(trace)
 
 
+def test_timer_delay_never_holds_a_timer_that_nothing_runs_before():
+    async def sleeps():
+        for _ in range(30):
+            await asyncio.sleep(0.001)
+
+    for seed in range(10):
+        _, _, trace = run_seeded(sleeps, seed, "timer_delay")
+        assert trace == [], (seed, trace)  # each timer was due with nothing ready
+
+
 def test_timer_delay_is_recorded_and_replays():
     main = timers_around_a_busy_task(scale=1.0)
     runs = {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -266,7 +267,9 @@ class Loop(
             if "timer_delay" in schedule.perturbation:
                 from .perturbation import PollEveryIteration, TimerDelay
 
-                perturbed.timer_delay = TimerDelay(self, schedule)
+                perturbed.timer_delay = TimerDelay(
+                    schedule, self._callbacks_before_due_timers, self._hold_due_timers
+                )
                 self._internal_readers = PollEveryIteration(self._internal_readers)
             if "chunking" in schedule.perturbation:
                 from .chunking import Chunking
@@ -511,6 +514,23 @@ class Loop(
 
     def _is_internal_fd(self, fd: int) -> bool:
         return fd == self._waker_fd or fd in self._internal_readers
+
+    def _callbacks_before_due_timers(self) -> int:
+        """timer_delay: how many callbacks are ready, if a timer is due now; else 0."""
+        scheduled = self._scheduled
+        if not scheduled or scheduled[0] >= self._now() + self._clock_resolution:
+            return 0
+        return len(self._ready)
+
+    def _hold_due_timers(self, hold: bool) -> None:
+        """timer_delay's seam: while held, no timer is due (see perturbation.TimerDelay).
+
+        The core moves to the ready queue the timers due before ``now +
+        clock resolution``: a resolution of minus infinity makes none due
+        and leaves the heap alone.  Released, the resolution is the clock's
+        again (read from the clock: ``set_clock`` may have run between).
+        """
+        self._clock_resolution = -math.inf if hold else self._clock.resolution
 
     # -- the clock ------------------------------------------------------------
 

@@ -57,7 +57,6 @@ module, decides that.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -186,39 +185,40 @@ class PerturbedPoll:
 class TimerDelay:
     """``timer_delay``: the timers due at a poll may wait one iteration.
 
-    The core moves to the ready queue every timer due before ``now + clock
-    resolution`` (the step after the poll).  Holding sets the loop's
-    resolution to minus infinity for that one iteration, so that no timer
-    is due; the heap is left as it is, so nothing is lost or reordered, and
-    the next poll's timeout is 0 (its earliest timer is overdue).  That
-    next poll puts the resolution back and is never held itself: a timer
-    waits one iteration at most.  Only while callbacks are ready, so the
-    held iteration runs something and the wait is never idle.
+    The loop's seam (``Loop._hold_due_timers``) makes no timer due for
+    one iteration and leaves the heap as it is, so nothing is lost or
+    reordered, none runs early, and the next poll's timeout is 0 (its
+    earliest timer is overdue).  That next poll lets the timers come due
+    again and is never held itself: a timer waits one iteration at most.
+    Only while callbacks are ready, so the held iteration runs something
+    and the wait is never idle.
     """
 
-    __slots__ = ("_loop", "_schedule", "_stream", "holding")
+    __slots__ = ("_schedule", "_stream", "_due_behind", "_hold", "holding")
 
-    def __init__(self, loop: Any, schedule: Schedule) -> None:
-        self._loop = loop
+    def __init__(
+        self,
+        schedule: Schedule,
+        due_behind: Callable[[], int],
+        hold: Callable[[bool], None],
+    ) -> None:
+        """``due_behind()``: the callbacks ready if a timer is due, else 0; ``hold(on)``."""
         self._schedule = schedule
         self._stream = schedule.stream("timer_delay")
+        self._due_behind = due_behind
+        self._hold = hold
         self.holding = False
 
     def choose(self, iteration: int) -> None:
         """Called by each poll, before the core looks for due timers."""
-        loop = self._loop
         if self.holding:
-            # From the clock, not a saved copy: set_clock may have run between.
-            loop._clock_resolution = loop._clock.resolution
+            self._hold(False)
             self.holding = False
             return
-        scheduled = loop._scheduled
-        ready = len(loop._ready)
-        if not ready or not scheduled or scheduled[0] >= loop._now() + loop._clock_resolution:
+        ready = self._due_behind()
+        if not ready or self._stream.random() >= _TIMER_DELAY_PROBABILITY:
             return
-        if self._stream.random() >= _TIMER_DELAY_PROBABILITY:
-            return
-        loop._clock_resolution = -math.inf
+        self._hold(True)
         self.holding = True
         self._schedule.record(iteration, "timer_delay", f"due timers wait behind {ready} ready")
 

@@ -149,9 +149,6 @@ class _Unsent:
 class SocketMixin(LoopMixinBase):
     """``sock_recv`` & co. on top of ``_add_reader``/``_add_writer``."""
 
-    # A seeded loop's chunking_writes policy (snakeloop.chunking), or None: see Loop.
-    _write_chunking: Any
-
     # -- shared plumbing ------------------------------------------------------
 
     def _check_sock(self, sock):

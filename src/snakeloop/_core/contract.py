@@ -280,6 +280,9 @@ class LoopContract(Protocol):
     _chunking: Any
     """A seeded loop's ``chunking.Chunking`` (its stream reads take drawn sizes), or None."""
 
+    _write_chunking: Any
+    """A seeded loop's ``chunking.WriteChunking`` (its stream sends take drawn parts), or None."""
+
     def _timer_count(self) -> int:
         """How many timers are pending and not cancelled (for reports)."""
         ...

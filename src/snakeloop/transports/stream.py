@@ -101,7 +101,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
     ) -> None:
         transports.Transport.__init__(self, extra)
         self._attach_socket(loop, sock)
-        write_chunking = getattr(loop, "_write_chunking", None)
+        write_chunking = loop._write_chunking
         if write_chunking is not None:
             # A seeded loop's ``chunking_writes``: every send of this transport
             # takes a drawn part of what it is offered (snakeloop.chunking).
