@@ -1,4 +1,4 @@
-"""Seeded scheduling, the opt-in dimensions: timer_delay, chunking_writes.
+"""Seeded scheduling, the opt-in dimensions: timer_delay, chunking_writes, io_latency.
 
 Each dimension is checked the same way: its choices are recorded, a seed
 replays them (same fingerprint), some seed changes what the program sees,
@@ -35,7 +35,7 @@ def run_seeded(main, seed, perturb, **options):
 
 
 def test_the_opt_in_dimensions_are_available_and_off_by_default():
-    for name in ("timer_delay", "chunking_writes"):
+    for name in ("timer_delay", "chunking_writes", "io_latency"):
         assert name in IMPLEMENTED
         assert name in parse_perturb("all", available=IMPLEMENTED)
         assert name not in parse_perturb("default", available=IMPLEMENTED)
@@ -335,3 +335,92 @@ def test_an_unseeded_loop_sends_through_its_sockets():
         assert plain.run_until_complete(transport_socket()) is socket.socket
     finally:
         plain.close()
+
+
+# -- io_latency -------------------------------------------------------------------------------
+
+ROUND_TRIPS = 20
+LATENCY = (0.01, 0.2)
+
+
+async def echo_round_trips():
+    """Round trips over a socketpair; returns the replies and the virtual time they took."""
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    client_reader, client = await asyncio.open_connection(sock=a)
+    server_reader, server = await asyncio.open_connection(sock=b)
+
+    async def serve():
+        while line := await server_reader.readline():
+            server.write(line.upper())
+            await server.drain()
+
+    serving = asyncio.ensure_future(serve())
+    start = loop.time()
+    replies = []
+    for n in range(ROUND_TRIPS):
+        client.write(b"ping %d\n" % n)
+        replies.append(await asyncio.wait_for(client_reader.readline(), 10))
+    elapsed = loop.time() - start
+    client.close()
+    await client.wait_closed()
+    await serving
+    server.close()
+    await server.wait_closed()
+    return replies, elapsed
+
+
+REPLIES = [b"PING %d\n" % n for n in range(ROUND_TRIPS)]
+
+
+def test_io_latency_needs_virtual_time_and_a_range():
+    with pytest.raises(ValueError, match="give the loop a VirtualClock"):
+        snakeloop.new_event_loop(seed=1, perturb="io_latency")
+    for bad in ((0.2, 0.1), (-1, 1), "fast", (1,), (0, float("inf"))):
+        with pytest.raises(ValueError, match="io_latency"):
+            parse_perturb({"io_latency": bad}, available=IMPLEMENTED)
+    assert parse_perturb({"io_latency": [0, 1]}, available=IMPLEMENTED) == {
+        "io_latency": (0.0, 1.0)
+    }
+    assert parse_perturb("io_latency", available=IMPLEMENTED)["io_latency"] == (0.0, 0.05)
+
+
+def test_io_latency_delays_each_readiness_by_virtual_time_and_keeps_the_bytes():
+    (replies, elapsed), _, _ = run_seeded(
+        echo_round_trips, None, None, clock=snakeloop.VirtualClock()
+    )
+    assert replies == REPLIES
+    assert elapsed == 0  # virtual time stands still while the peers answer at once
+    lo, hi = LATENCY
+    elapsed_by_seed = set()
+    for seed in range(30):
+        (replies, elapsed), _, trace = run_seeded(
+            echo_round_trips, seed, {"io_latency": LATENCY}, clock=snakeloop.VirtualClock()
+        )
+        assert replies == REPLIES, seed
+        waits = [float(d.detail.split()[3]) for d in trace if d.kind == "io_latency"]
+        assert all(lo <= wait <= hi for wait in waits), waits
+        # Each round trip waits at least twice: the server's read, then the client's.
+        assert len(waits) >= 2 * ROUND_TRIPS, (seed, len(waits))
+        assert elapsed >= 2 * ROUND_TRIPS * lo, (seed, elapsed)
+        elapsed_by_seed.add(round(elapsed, 6))
+    assert len(elapsed_by_seed) == 30
+
+
+def test_io_latency_is_recorded_and_replays():
+    perturb = {"io_latency": LATENCY}
+    recorded = {}
+    for seed in range(4):
+        (_, elapsed), fingerprint, trace = run_seeded(
+            echo_round_trips, seed, perturb, clock=snakeloop.VirtualClock()
+        )
+        for decision in trace:
+            words = decision.detail.split()  # "fd N waits X s"
+            assert decision.kind == "io_latency" and words[0] == "fd" and words[2] == "waits"
+        recorded[seed] = (elapsed, fingerprint)
+    for seed, (elapsed, fingerprint) in recorded.items():
+        (_, again), replayed, _ = run_seeded(
+            echo_round_trips, seed, perturb, clock=snakeloop.VirtualClock()
+        )
+        assert (again, replayed) == (elapsed, fingerprint)
+    assert len({fingerprint for _, fingerprint in recorded.values()}) == 4

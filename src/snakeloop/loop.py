@@ -95,6 +95,10 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
 _new_object = object.__new__
 
+IO_LATENCY_NEEDS_VIRTUAL_TIME = (
+    "perturb 'io_latency' delays readiness by virtual seconds: give the loop a VirtualClock, "
+    "or leave 'io_latency' out"
+)
 EPOCH_NEEDS_VIRTUAL_TIME = (
     "perturb 'epoch' draws where virtual time starts: give the loop a VirtualClock, "
     "or leave 'epoch' out"
@@ -232,6 +236,8 @@ class Loop(
             )
             if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
                 raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
+            if "io_latency" in schedule.perturbation and not getattr(clock, "is_virtual", False):
+                raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
         elif replay is not None:
             raise ValueError("replay= needs seed=: give the seed of the run that was recorded")
         elif perturb is not None:
@@ -249,6 +255,11 @@ class Loop(
             perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
             self._perturbed = perturbed
             self._base_poll = perturbed.poll
+            if "io_latency" in schedule.perturbation:
+                from .perturbation import IoLatency
+
+                latency: Any = schedule.perturbation["io_latency"]  # (lo, hi): parse_perturb
+                perturbed.latency = IoLatency(schedule, self.call_later, *latency)
             if "threadsafe" in schedule.perturbation:
                 from .inbox import Inbox
 

@@ -16,6 +16,12 @@ What asyncio leaves open, and so may be chosen by the seed:
   one fd; the loop's waker and internal fds (the signal pipe) are never held.
   While anything is held the next poll does not block, and virtual time does
   not jump.
+- ``io_latency=(lo, hi)`` (opt-in, with a ``VirtualClock``): an fd that
+  turns ready is not handed on for a drawn ``lo`` to ``hi`` virtual seconds
+  (``IoLatency``), as if its bytes or its peer were that far away; a timer
+  hands it on again.  Unlike ``io_delay`` this lets virtual time run: the
+  loop sleeps until the timer, and code that waits with a timeout sees the
+  wait.
 
 - ``timer_ties``: the order of timers set for one deadline ("undefined
   which will be called first"): each new timer of a tie takes a drawn place
@@ -62,7 +68,7 @@ from typing import Any
 
 from .seeding import Schedule
 
-__all__ = ["IMPLEMENTED", "PerturbedPoll", "PollEveryIteration", "TimerDelay"]
+__all__ = ["IMPLEMENTED", "IoLatency", "PerturbedPoll", "PollEveryIteration", "TimerDelay"]
 
 #: The dimensions this build implements (the others are refused by name).
 IMPLEMENTED = (
@@ -72,6 +78,7 @@ IMPLEMENTED = (
     "timer_delay",
     "chunking",
     "chunking_writes",
+    "io_latency",
     "threadsafe",
     "signals",
     "epoch",
@@ -96,6 +103,7 @@ class PerturbedPoll:
         "inbox",
         "signal_inbox",
         "timer_delay",
+        "latency",
     )
 
     def __init__(
@@ -118,6 +126,8 @@ class PerturbedPoll:
         self.signal_inbox: Any = None
         # Due timers held back an iteration, when "timer_delay" is perturbed (set by the loop).
         self.timer_delay: TimerDelay | None = None
+        # Readiness held back for virtual seconds, when "io_latency" is perturbed (set by the loop).
+        self.latency: IoLatency | None = None
 
     @property
     def iteration(self) -> int:
@@ -146,6 +156,8 @@ class PerturbedPoll:
         if self.signal_inbox is not None:
             # Signals read by this poll's drain wait at least until the next one.
             self.signal_inbox.release(self._iteration)
+        if self.latency is not None:
+            events = self.latency.filter(events, self._iteration, self._exempt)
         if self._delay is not None:
             events = self._hold_some(events)
         if self._order is not None and len(events) > 1:
@@ -237,3 +249,51 @@ class PollEveryIteration(dict):  # type: ignore[type-arg]
 
     def __bool__(self) -> bool:
         return True
+
+
+class IoLatency:
+    """``io_latency``: an fd that turns ready waits a drawn number of virtual seconds.
+
+    The backends are level-triggered, so an fd whose readiness is not
+    handed on is reported again by every poll: leaving it out of the
+    events while it waits is the same, for the loop, as taking the fd out
+    of the poll, and it leaves the registrations (which ``add_reader`` and
+    ``remove_reader`` change meanwhile) as they are.  A timer ends the
+    wait; from then on the fd's readiness is handed on until a poll finds
+    it not ready, and its next readiness waits again.  Waiting fds do not
+    count as held work: virtual time jumps to the timer.
+    """
+
+    __slots__ = ("_schedule", "_stream", "_call_later", "_lo", "_hi", "_waiting", "_open")
+
+    def __init__(
+        self, schedule: Schedule, call_later: Callable[..., Any], lo: float, hi: float
+    ) -> None:
+        self._schedule = schedule
+        self._stream = schedule.stream("io_latency")
+        self._call_later = call_later
+        self._lo = lo
+        self._hi = hi
+        self._waiting: set[int] = set()
+        self._open: set[int] = set()
+
+    def filter(
+        self, events: list[tuple[int, int]], iteration: int, exempt: Callable[[int], bool]
+    ) -> list[tuple[int, int]]:
+        """The events handed on now; a fresh readiness starts its wait."""
+        reported = {fd for fd, _ in events}
+        self._open &= reported  # not ready any more: its next readiness waits again
+        passed = []
+        for fd, mask in sorted(events):
+            if fd in self._open or exempt(fd):
+                passed.append((fd, mask))
+            elif fd not in self._waiting:
+                delay = self._stream.uniform(self._lo, self._hi)
+                self._waiting.add(fd)
+                self._call_later(delay, self._end_wait, fd)
+                self._schedule.record(iteration, "io_latency", f"fd {fd} waits {delay:.6f} s")
+        return passed
+
+    def _end_wait(self, fd: int) -> None:
+        self._waiting.discard(fd)
+        self._open.add(fd)
