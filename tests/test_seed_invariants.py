@@ -118,7 +118,7 @@ async def fifo_from_everywhere() -> None:
         for pair in pairs:
             for sock in pair:
                 sock.close()
-    assert queued > 20
+    assert queued >= 20  # 3 + 5 timers + 12 task steps, and what the readers queued
     assert ran == sorted(ran), f"call_soon order broken: {ran}"
     assert len(ran) == queued
 

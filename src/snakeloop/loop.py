@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -94,6 +95,10 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
 _new_object = object.__new__
 
+IO_LATENCY_NEEDS_VIRTUAL_TIME = (
+    "perturb 'io_latency' delays readiness by virtual seconds: give the loop a VirtualClock, "
+    "or leave 'io_latency' out"
+)
 EPOCH_NEEDS_VIRTUAL_TIME = (
     "perturb 'epoch' draws where virtual time starts: give the loop a VirtualClock, "
     "or leave 'epoch' out"
@@ -186,8 +191,9 @@ class Loop(
     _perturbed: Any = None
     # Where a seeded loop's signal handlers wait (perturb "signals"), or None.
     _signal_inbox: Any = None
-    # A seeded loop's chunking policy (snakeloop.chunking), when that dimension is on.
+    # A seeded loop's chunking policies (snakeloop.chunking), when those dimensions are on.
     _chunking: Any = None
+    _write_chunking: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -249,6 +255,8 @@ class Loop(
             )
             if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
                 raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
+            if "io_latency" in schedule.perturbation and not getattr(clock, "is_virtual", False):
+                raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
         elif replay is not None:
             raise ValueError("replay= needs seed=: give the seed of the run that was recorded")
         elif perturb is not None:
@@ -266,6 +274,11 @@ class Loop(
             perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
             self._perturbed = perturbed
             self._base_poll = perturbed.poll
+            if "io_latency" in schedule.perturbation:
+                from .perturbation import IoLatency
+
+                latency: Any = schedule.perturbation["io_latency"]  # (lo, hi): parse_perturb
+                perturbed.latency = IoLatency(schedule, self.call_later, *latency)
             if "threadsafe" in schedule.perturbation:
                 from .inbox import Inbox
 
@@ -280,6 +293,13 @@ class Loop(
                 # unseeded loop's call_later pays nothing.
                 self._tie_stream = schedule.stream("timer_ties")
                 self.__dict__["_push_timer"] = self._push_timer_in_a_tie
+            if "timer_delay" in schedule.perturbation:
+                from .perturbation import PollEveryIteration, TimerDelay
+
+                perturbed.timer_delay = TimerDelay(
+                    schedule, self._callbacks_before_due_timers, self._hold_due_timers
+                )
+                self._internal_readers = PollEveryIteration(self._internal_readers)
             if "chunking" in schedule.perturbation:
                 from .chunking import Chunking
 
@@ -288,6 +308,12 @@ class Loop(
                 self._chunking = Chunking(schedule, perturbed)
                 self.__dict__["sock_recv"] = self._sock_recv_chunked
                 self.__dict__["sock_recv_into"] = self._sock_recv_into_chunked
+            if "chunking_writes" in schedule.perturbation:
+                from .chunking import WriteChunking
+
+                # Stream transports send through a capped view of their socket.
+                self._write_chunking = WriteChunking(schedule, perturbed)
+                self.__dict__["sock_sendall"] = self._sock_sendall_chunked
         self.set_clock(MonotonicClock() if clock is None else clock)
         self._debug = debug_from_environment()
         self._task_factory: _TaskFactory | None = None
@@ -500,6 +526,23 @@ class Loop(
 
     def _is_internal_fd(self, fd: int) -> bool:
         return fd == self._waker_fd or fd in self._internal_readers
+
+    def _callbacks_before_due_timers(self) -> int:
+        """timer_delay: how many callbacks are ready, if a timer is due now; else 0."""
+        scheduled = self._scheduled
+        if not scheduled or scheduled[0] >= self._now() + self._clock_resolution:
+            return 0
+        return len(self._ready)
+
+    def _hold_due_timers(self, hold: bool) -> None:
+        """timer_delay's seam: while held, no timer is due (see perturbation.TimerDelay).
+
+        The core moves to the ready queue the timers due before ``now +
+        clock resolution``: a resolution of minus infinity makes none due
+        and leaves the heap alone.  Released, the resolution is the clock's
+        again (read from the clock: ``set_clock`` may have run between).
+        """
+        self._clock_resolution = -math.inf if hold else self._clock.resolution
 
     # -- the clock ------------------------------------------------------------
 

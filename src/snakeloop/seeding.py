@@ -24,7 +24,7 @@ import random
 import secrets
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
@@ -141,14 +141,15 @@ def parse_perturb(
     named; ``"default"`` and ``"all"`` take what is available of theirs.
     """
     usable = tuple(available)
+    chosen: dict[str, object]
     if spec is None or spec == "default":
-        return {name: True for name in DEFAULT_DIMENSIONS if name in usable}
-    if spec == "none":
-        return {}
-    if spec == "all":
-        return {name: True for name in DIMENSIONS if name in usable}
-    if isinstance(spec, str):
-        chosen: dict[str, object] = {name.strip(): True for name in spec.split(",") if name.strip()}
+        chosen = {name: True for name in DEFAULT_DIMENSIONS if name in usable}
+    elif spec == "none":
+        chosen = {}
+    elif spec == "all":
+        chosen = {name: True for name in DIMENSIONS if name in usable}
+    elif isinstance(spec, str):
+        chosen = {name.strip(): True for name in spec.split(",") if name.strip()}
     elif isinstance(spec, Mapping):
         chosen = dict(spec)
     else:
@@ -164,7 +165,30 @@ def parse_perturb(
                 f"perturbation {name!r} is not available yet; this build has "
                 f"{', '.join(usable) or 'none'}"
             )
+    if "io_latency" in chosen:
+        chosen["io_latency"] = _latency_range(chosen["io_latency"])
     return {name: chosen[name] for name in DIMENSIONS if name in chosen}
+
+
+#: The virtual seconds ``io_latency`` draws from when no range is given.
+DEFAULT_IO_LATENCY = (0.0, 0.05)
+
+
+def _latency_range(option: object) -> tuple[float, float]:
+    """``io_latency``'s option: ``(lo, hi)`` virtual seconds, or True for the default."""
+    if option is True:
+        return DEFAULT_IO_LATENCY
+    try:
+        pair: Any = option
+        low, high = pair
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"io_latency takes (lo, hi), the least and most virtual seconds, got {option!r}"
+        ) from None
+    if not 0 <= lo <= hi < float("inf"):
+        raise ValueError(f"io_latency needs 0 <= lo <= hi (finite seconds), got ({lo}, {hi})")
+    return lo, hi
 
 
 class Schedule:

@@ -235,58 +235,15 @@ class SocketMixin(LoopMixinBase):
 
     # A seeded loop with ``chunking`` has these two in place of sock_recv and
     # sock_recv_into (installed on the loop instance, so an unseeded loop's
-    # reads carry no test for it): a stream socket's read takes a drawn size
-    # at most (snakeloop.chunking); a datagram socket's is left whole.
+    # reads carry no test for it).  They run the same operations on a view
+    # of the socket whose reads take a drawn size at most
+    # (snakeloop.chunking.ChunkedSocket); a datagram socket's are left whole.
 
     async def _sock_recv_chunked(self, sock: socket.socket, n: int) -> bytes:
-        self._check_sock(sock)
-        try:
-            return _recv(self, sock, self._chunking.size_for(sock, n))
-        except _RETRY:
-            pass
-        return await wait_readable(
-            self, sock.fileno(), self._on_recv_chunked, self.create_future(), sock, n
-        )
-
-    def _on_recv_chunked(self, fut, fd, sock, n):
-        if fut.done():
-            return
-        try:
-            data = _recv(self, sock, self._chunking.size_for(sock, n))
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, data, None)
+        return await SocketMixin.sock_recv(self, self._chunking.view(sock), n)
 
     async def _sock_recv_into_chunked(self, sock: socket.socket, buf: WriteableBuffer) -> int:
-        self._check_sock(sock)
-        try:
-            return sock.recv_into(buf, self._chunking.size_for(sock, memoryview(buf).nbytes))
-        except _RETRY:
-            pass
-        return await wait_readable(
-            self, sock.fileno(), self._on_recv_into_chunked, self.create_future(), sock, buf
-        )
-
-    def _on_recv_into_chunked(self, fut, fd, sock, buf):
-        if fut.done():
-            return
-        try:
-            nbytes = sock.recv_into(buf, self._chunking.size_for(sock, memoryview(buf).nbytes))
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, nbytes, None)
+        return await SocketMixin.sock_recv_into(self, self._chunking.view(sock), buf)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _RetAddress]:
         """Receive one datagram: ``(data, address)``."""
@@ -387,6 +344,12 @@ class SocketMixin(LoopMixinBase):
             self._write_finished(fd, fut, None, None)
         else:
             unsent.view = view[sent:]
+
+    async def _sock_sendall_chunked(self, sock: socket.socket, data: ReadableBuffer) -> None:
+        # sock_sendall of a seeded loop with ``chunking_writes`` (installed on
+        # that loop only): each send of a stream socket takes a drawn part
+        # (snakeloop.chunking.SendingInChunks); a datagram socket is left whole.
+        await SocketMixin.sock_sendall(self, self._write_chunking.view(sock), data)
 
     async def sock_sendto(
         self, sock: socket.socket, data: ReadableBuffer, address: _Address

@@ -259,9 +259,9 @@ def test_a_random_root_is_shown_in_the_header(pytester):
             "snakeloop: --snakeloop-replay='x@y' is [NODEID@]SEED: a seed is a whole number",
         ),
         (
-            ("--snakeloop-seed=1", "--snakeloop-perturb=io_latency"),
+            ("--snakeloop-seed=1", "--snakeloop-perturb=io_shuffle"),
             "",
-            "snakeloop: --snakeloop-perturb: perturbation 'io_latency' is not available yet",
+            "snakeloop: --snakeloop-perturb: unknown perturbation 'io_shuffle'",
         ),
         (
             (),

@@ -280,6 +280,9 @@ class LoopContract(Protocol):
     _chunking: Any
     """A seeded loop's ``chunking.Chunking`` (its stream reads take drawn sizes), or None."""
 
+    _write_chunking: Any
+    """A seeded loop's ``chunking.WriteChunking`` (its stream sends take drawn parts), or None."""
+
     def _pending_tasks_in_creation_order(self) -> list[asyncio.Task[Any]]:
         """The loop's unfinished tasks, those it saw made in the order they were made (seeded
         and test-mode loops keep it), then the rest; for shutdowns a replay repeats."""

@@ -101,9 +101,20 @@ class SocketTransport(SocketTransportBase, transports.Transport):
     ) -> None:
         transports.Transport.__init__(self, extra)
         self._attach_socket(loop, sock)
+        write_chunking = loop._write_chunking
+        if write_chunking is not None:
+            # A seeded loop's ``chunking_writes``: every send of this transport
+            # takes a drawn part of what it is offered (snakeloop.chunking).
+            self._sock = write_chunking.view(sock)
         self._protocol_connected = False
         self._buffered_protocol: bool | None = None  # set_protocol says which reader fits
-        self._bulk_reads = False  # see _recv_bulk and the module docstring
+        # A seeded loop's ``chunking`` (snakeloop.chunking) draws the size of
+        # each read: its size function, or None.  Chunked reads of a
+        # Protocol take the bulk branch of _read_data for good, so the
+        # choice costs a bulk read one test and a small read none.
+        chunking = loop._chunking
+        self._chunk_size = None if chunking is None else chunking.size
+        self._bulk_reads = chunking is not None  # see _recv_bulk and the module docstring
         self.set_protocol(protocol)
         self._server = server
         self._eof = False
@@ -130,21 +141,18 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             and self._loop._get_reader(self._sock_fd) is not None
         ):
             # Switch the registered reader to the new kind of protocol.
-            self._loop._add_reader(self._sock_fd, self._read_callback())
+            self._loop._add_reader(self._sock_fd, *self._reader())
 
-    def _read_callback(self):
+    def _reader(self):
+        """The read callback for the protocol's kind, and its arguments."""
         # Made when needed, not kept in an attribute: a bound method stored
         # on the transport would make it a reference cycle of its own, and
         # every closed transport would wait for the cyclic collector.
-        # A seeded loop's chunking gets readers of its own, chosen here, so
-        # the unseeded readers carry no test for it.
-        if self._buffered_protocol:
-            if self._loop._chunking is not None:
-                return self._read_into_protocol_buffer_chunked
-            return self._read_into_protocol_buffer
-        if self._loop._chunking is not None:
-            return self._read_data_chunked
-        return self._read_data
+        if not self._buffered_protocol:
+            return (self._read_data,)
+        if self._chunk_size is None:
+            return (self._read_into_protocol_buffer,)
+        return (self._read_into_protocol_buffer, self._chunk_size)
 
     # -- reading ---------------------------------------------------------------
 
@@ -153,7 +161,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             # After a kept-open EOF there is nothing left to read: watching
             # again would report the same EOF a second time.
             return
-        self._loop._add_reader(self._sock_fd, self._read_callback())
+        self._loop._add_reader(self._sock_fd, *self._reader())
 
     def _read_data(self):
         if self._conn_lost:
@@ -184,11 +192,15 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _recv_bulk(self):
+        chunk_size = self._chunk_size
+        if chunk_size is not None:
+            return self._sock.recv(chunk_size(self._sock_fd, READ_SIZE))
         data = self._sock.recv(BULK_READ_SIZE)
         self._bulk_reads = len(data) >= BULK_READ_MIN
         return data
 
-    def _read_into_protocol_buffer(self):
+    def _read_into_protocol_buffer(self, chunk_size=None):
+        # chunk_size: see __init__; given to the reader's handle when set.
         if self._conn_lost:
             return
         try:
@@ -201,63 +213,12 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
             return
         try:
-            nbytes = self._sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on socket transport")
-            return
-        if not nbytes:
-            self._read_eof()
-            return
-        try:
-            self._protocol.buffer_updated(nbytes)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
-
-    # -- reading under a seeded loop's chunking (see snakeloop.chunking) ----
-
-    def _read_data_chunked(self):
-        if self._conn_lost:
-            return
-        try:
-            data = self._sock.recv(self._loop._chunking.size(self._sock_fd, READ_SIZE))
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on socket transport")
-            return
-        if not data:
-            self._read_eof()
-            return
-        try:
-            self._protocol.data_received(data)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
-
-    def _read_into_protocol_buffer_chunked(self):
-        if self._conn_lost:
-            return
-        try:
-            buf = self._protocol.get_buffer(-1)
-            if not len(buf):
-                raise RuntimeError("get_buffer() returned an empty buffer")
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
-            return
-        try:
-            size = self._loop._chunking.size(self._sock_fd, memoryview(buf).nbytes)
-            nbytes = self._sock.recv_into(buf, size)
+            if chunk_size is None:
+                nbytes = self._sock.recv_into(buf)
+            else:
+                nbytes = self._sock.recv_into(
+                    buf, chunk_size(self._sock_fd, memoryview(buf).nbytes)
+                )
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
