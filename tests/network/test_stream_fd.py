@@ -255,13 +255,25 @@ def test_failing_protocol_factory_leaks_no_socket(any_loop):
         raise Boom
 
     async def main():
-        server = await any_loop.create_server(StrictProtocol, "127.0.0.1", 0)
+        accepted = []
+
+        def server_side():
+            accepted.append(StrictProtocol(any_loop))
+            return accepted[-1]
+
+        server = await any_loop.create_server(server_side, "127.0.0.1", 0)
         host, port = server.sockets[0].getsockname()
         before = fd_set()
         try:
             for _ in range(3):
                 with pytest.raises(Boom):
                     await any_loop.create_connection(factory, host, port)
+            # The server's ends close once it has accepted them and seen the
+            # client's close, which takes as many polls as the loop needs.
+            for _ in range(1000):
+                if len(accepted) == 3 and all(proto.lost.done() for proto in accepted):
+                    break
+                await asyncio.sleep(0)
             for _ in range(5):
                 await asyncio.sleep(0)
             with warnings.catch_warnings(record=True) as caught:

@@ -311,7 +311,6 @@ async def rst_round(loop, count, rng):
         server.close()
         await server.wait_closed()
     assert len(protocols) == count
-    by_prefix = {bytes(d[:64]): d for d in sent}
     for proto in protocols:
         assert proto.violations == []
         exc = proto.lost.result()
@@ -319,9 +318,10 @@ async def rst_round(loop, count, rng):
         assert proto.events[-1][0] == "lost"
         assert proto.sock.fileno() == -1
         assert proto.transport.get_write_buffer_size() == 0
-        if proto.received:
-            origin = by_prefix.get(bytes(proto.received[:64]))
-            assert origin is not None and origin.startswith(proto.received)
+        # What arrived before the reset is a prefix of what one client sent, however
+        # short (reads may stop anywhere, so it can be shorter than any fixed key).
+        received = bytes(proto.received)
+        assert any(data.startswith(received) for data in sent), len(received)
 
 
 def test_r_rst_1_reset_mid_transfer(any_loop, rng):

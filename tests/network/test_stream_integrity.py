@@ -390,7 +390,7 @@ async def close_after_write(loop, family, how, count, size, rng, sock_dir):
     datas = []
     buffered = []
     try:
-        for _ in range(count):
+        for i in range(count):
             data = payload(rng, size)
             datas.append(data)
             if family == "unix":
@@ -412,7 +412,14 @@ async def close_after_write(loop, family, how, count, size, rng, sock_dir):
             allowed = ["pause", "resume"] if how == "close" else ["pause"]
             assert proto.flow_events() in ([], allowed), proto.events
             assert len(proto.events) == 2 + len(proto.flow_events())
-            peer = protocols[-1]
+            # The connect completes before the server accepts (the listener's
+            # event may be seen a few polls late): wait for this client's peer,
+            # the i-th, as the clients come one after the other.
+            for _ in range(1000):
+                if len(protocols) > i:
+                    break
+                await asyncio.sleep(0)
+            peer = protocols[i]
             exc = await peer.lost
             assert peer.violations == []
             if how == "close":

@@ -1044,7 +1044,8 @@ class LineServer(Recorder):
 
     def data_received(self, data):
         super().data_received(data)
-        if data == b"STARTTLS\n":
+        # The line may come in several reads; nothing follows it before "GO".
+        if self.upgraded is None and self.data.endswith(b"STARTTLS\n"):
             self.transport.write(b"GO\n")
             self.upgraded = self.loop.create_task(self.upgrade())
 
