@@ -41,8 +41,8 @@ class Inbox:
     ) -> None:
         # (thread ident, handle), appended by other threads.
         self._arrivals: collections.deque[tuple[int, Any]] = collections.deque()
-        # thread ident -> [[polls left, handle], ...], oldest first.
-        self._waiting: dict[int, collections.deque[list[Any]]] = {}
+        # thread ident -> [(poll it is due at, handle), ...], oldest first.
+        self._waiting: dict[int, collections.deque[tuple[int, Any]]] = {}
         self._schedule = schedule
         self._dimension = dimension
         self._stream = schedule.stream(dimension)
@@ -77,16 +77,15 @@ class Inbox:
             queue = waiting.get(thread)
             if queue is None:
                 queue = waiting[thread] = collections.deque()
-            queue.append([polls, handle])
+            # The poll it is due at, so that waiting costs nothing per poll.
+            queue.append((iteration + polls, handle))
             if polls:
                 self._schedule.record(iteration, self._dimension, f"deferred {polls}")
         for thread in list(waiting):
             queue = waiting[thread]
             # Per-thread FIFO: only the oldest may go, and those behind it wait for it.
-            while queue and queue[0][0] <= 0:
+            while queue and queue[0][0] <= iteration:
                 self._deliver(queue.popleft()[1])
-            for entry in queue:
-                entry[0] -= 1
             if not queue:
                 del waiting[thread]
 

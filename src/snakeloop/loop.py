@@ -281,8 +281,12 @@ class Loop(
                 perturbed.latency = IoLatency(schedule, self.call_later, *latency)
             if "threadsafe" in schedule.perturbation:
                 from .inbox import Inbox
+                from .perturbation import PollEveryIteration
 
                 self._threadsafe_inbox = perturbed.inbox = Inbox(schedule, self._ready.append)
+                # Other threads' calls reach the ready queue only at a poll, so a loop
+                # that always has callbacks ready must still poll, as asyncio's does.
+                self._internal_readers = PollEveryIteration(self._internal_readers)
             if "signals" in schedule.perturbation:
                 from .inbox import Inbox
 
@@ -299,7 +303,8 @@ class Loop(
                 perturbed.timer_delay = TimerDelay(
                     schedule, self._callbacks_before_due_timers, self._hold_due_timers
                 )
-                self._internal_readers = PollEveryIteration(self._internal_readers)
+                if not isinstance(self._internal_readers, PollEveryIteration):
+                    self._internal_readers = PollEveryIteration(self._internal_readers)
             if "chunking" in schedule.perturbation:
                 from .chunking import Chunking
 

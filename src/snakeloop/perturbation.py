@@ -242,7 +242,8 @@ class PollEveryIteration(dict):  # type: ignore[type-arg]
     (it tests this table among others).  A loop with ``timer_delay`` takes
     this table instead of the plain dict, so that the poll after a held
     iteration always comes and hands the timers back, as asyncio, which
-    polls every iteration, would.
+    polls every iteration, would; so does one with ``threadsafe``, whose
+    other threads' calls reach the ready queue only at a poll.
     """
 
     __slots__ = ()
