@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import textwrap
 from importlib.metadata import entry_points
 
+import _race
 import pytest
 
 # Imported here so that every inner session reuses the module instead of importing it anew.
@@ -71,3 +74,29 @@ def run(
     return pytester.runpytest_inprocess(
         *plugin_args(), "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *options, *args
     )
+
+
+# The race of tests/_race.py as a test file: it passes when the two connections are
+# handled in the kernel's order and fails (-20) when a seed handles the trigger first.
+RACE_TEST = (
+    inspect.getsource(_race)
+    + """
+
+async def test_bank():
+    assert await bank() == 40
+"""
+)
+RACE_NODEID = "test_inner.py::test_bank"
+
+
+def snakeloop_section(result: pytest.RunResult) -> str:
+    """The output from the first ``snakeloop`` report section on."""
+    text = result.stdout.str()
+    return text[text.index(" snakeloop ") :]
+
+
+def section_field(section: str, name: str) -> str:
+    """The value of ``name=`` in a snakeloop section."""
+    match = re.search(rf"\b{name}=(\S+)", section)
+    assert match, section
+    return match.group(1)

@@ -9,7 +9,6 @@ otherwise.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 import shlex
 
@@ -21,18 +20,11 @@ from snakeloop import tracefile
 from snakeloop.testing._pytest_traces import trace_file_name
 from snakeloop.testing._seed_report import seed_section
 
-from ._pluginkit import run
+from ._pluginkit import RACE_NODEID, RACE_TEST, run, section_field, snakeloop_section
 
 pytestmark = pytest.mark.timeout(120)
 
-RACE = (
-    inspect.getsource(_race)
-    + """
-
-async def test_bank():
-    assert await bank() == 40
-"""
-)
+RACE = RACE_TEST
 
 # The same test with two fds held open first: the race's sockets get other
 # numbers, so its choices differ from the first one on.
@@ -48,19 +40,7 @@ CHANGED = RACE.replace(
 """,
 )
 
-NODEID = "test_inner.py::test_bank"
-
-
-def _section(result: pytest.RunResult) -> str:
-    text = result.stdout.str()
-    start = text.index(" snakeloop ")
-    return text[start:]
-
-
-def _field(section: str, name: str) -> str:
-    match = re.search(rf"\b{name}=(\S+)", section)
-    assert match, section
-    return match.group(1)
+NODEID = RACE_NODEID
 
 
 def _failing_run_with_trace(pytester: pytest.Pytester) -> tuple[str, str, int]:
@@ -75,7 +55,7 @@ def _failing_run_with_trace(pytester: pytest.Pytester) -> tuple[str, str, int]:
             "--snakeloop-trace=traces",
         )
         if result.parseoutcomes().get("failed"):
-            section = _section(result)
+            section = snakeloop_section(result)
             match = re.search(r"^trace:  (\S+)$", section, re.MULTILINE)
             assert match, section
             return section, match.group(1), result.parseoutcomes()["failed"]
@@ -95,7 +75,7 @@ def _replay_command(section: str) -> list[str]:
 
 def test_a_failing_seeded_test_writes_its_trace_and_its_command_replays_it(pytester):
     section, shown, failed = _failing_run_with_trace(pytester)
-    seed = int(_field(section, "seed"))
+    seed = int(section_field(section, "seed"))
     path = pytester.path / shown
     assert path.parent == pytester.path / "traces"
     assert path.name == trace_file_name(NODEID, seed)
@@ -105,8 +85,8 @@ def test_a_failing_seeded_test_writes_its_trace_and_its_command_replays_it(pytes
     assert len(written) == failed  # one file for each failed run, none for the others
     recording = tracefile.load(path)
     assert (recording.seed, recording.origin) == (seed, NODEID)
-    assert recording.fingerprint == _field(section, "fingerprint")
-    assert recording.count == int(_field(section, "decisions"))
+    assert recording.fingerprint == section_field(section, "fingerprint")
+    assert recording.count == int(section_field(section, "decisions"))
     args = _replay_command(section)
     assert args == [
         NODEID,
@@ -115,8 +95,8 @@ def test_a_failing_seeded_test_writes_its_trace_and_its_command_replays_it(pytes
     ]
     again = run(pytester, RACE, *args)
     again.assert_outcomes(failed=1)
-    replayed = _section(again)
-    assert _field(replayed, "fingerprint") == recording.fingerprint
+    replayed = snakeloop_section(again)
+    assert section_field(replayed, "fingerprint") == recording.fingerprint
     assert (
         f"replayed against {shown}: exact (the recorded fingerprint, {recording.count} decisions)"
     ) in replayed
@@ -127,10 +107,10 @@ def test_a_failing_seeded_test_writes_its_trace_and_its_command_replays_it(pytes
 def test_a_replay_of_a_changed_test_says_where_it_diverged(pytester):
     assert CHANGED != RACE
     section, shown, _ = _failing_run_with_trace(pytester)
-    seed = int(_field(section, "seed"))
+    seed = int(section_field(section, "seed"))
     # The trace alone names the test and the seed; -rP shows the section of a pass too.
     again = run(pytester, CHANGED, f"--snakeloop-replay-trace={shown}", "-rP")
-    replayed = _section(again)
+    replayed = snakeloop_section(again)
     assert f"replayed against {shown}: diverged\n" in replayed
     assert re.search(
         rf"snakeloop: replay of seed {seed} diverged at decision 1 \(iteration \d+\): recorded '",
@@ -141,7 +121,7 @@ def test_a_replay_of_a_changed_test_says_where_it_diverged(pytester):
 
 def test_trace_options_name_the_mistake(pytester, monkeypatch):
     section, shown, _ = _failing_run_with_trace(pytester)
-    seed = int(_field(section, "seed"))
+    seed = int(section_field(section, "seed"))
     other = seed + 1 if seed < 2**64 - 1 else seed - 1
     for args, message in [
         (
@@ -173,13 +153,13 @@ def test_trace_options_name_the_mistake(pytester, monkeypatch):
         "--snakeloop-replay-trace=anonymous.json",
     )
     ok.assert_outcomes(failed=1)
-    assert "replayed against anonymous.json: exact" in _section(ok)
+    assert "replayed against anonymous.json: exact" in snakeloop_section(ok)
     # The environment variables do what the options do.
     monkeypatch.setenv("SNAKELOOP_TRACE_DIR", "from_env")
     monkeypatch.setenv("SNAKELOOP_REPLAY_TRACE", shown)
     by_env = run(pytester, RACE)
     by_env.assert_outcomes(failed=1)
-    assert "exact" in _section(by_env)
+    assert "exact" in snakeloop_section(by_env)
     assert (pytester.path / "from_env" / trace_file_name(NODEID, seed)).exists()
 
 

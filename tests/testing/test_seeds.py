@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 
 import _race
@@ -12,35 +11,16 @@ from snakeloop.perturbation import IMPLEMENTED
 from snakeloop.seeding import DEFAULT_DIMENSIONS, derive_seed
 from snakeloop.testing import replay
 
-from ._pluginkit import RUNNERS, run
+from ._pluginkit import RACE_NODEID, RACE_TEST, RUNNERS, run, section_field, snakeloop_section
 
 # What a seed turns on by default: the design's default dimensions this build has.
 DEFAULT_PERTURB = ",".join(name for name in DEFAULT_DIMENSIONS if name in IMPLEMENTED)
 
 pytestmark = pytest.mark.timeout(120)
 
-RACE = (
-    inspect.getsource(_race)
-    + """
+RACE = RACE_TEST
 
-async def test_bank():
-    assert await bank() == 40
-"""
-)
-
-NODEID = "test_inner.py::test_bank"
-
-
-def _section(result: pytest.RunResult) -> str:
-    text = result.stdout.str()
-    start = text.index(" snakeloop ")
-    return text[start:]
-
-
-def _field(section: str, name: str) -> str:
-    match = re.search(rf"\b{name}=(\S+)", section)
-    assert match, section
-    return match.group(1)
+NODEID = RACE_NODEID
 
 
 def test_the_race_passes_unseeded(pytester):
@@ -57,9 +37,9 @@ def test_seeds_option_finds_the_race_and_replay_reproduces_it(pytester):
             break
     assert failed is not None, "20 seeds under 5 roots never reordered the two connections"
     root, result = failed
-    section = _section(result)
-    seed = int(_field(section, "seed"))
-    fingerprint = _field(section, "fingerprint")
+    section = snakeloop_section(result)
+    seed = int(section_field(section, "seed"))
+    fingerprint = section_field(section, "fingerprint")
     index = int(re.search(r"failed on run (\d+) of 20", section).group(1)) - 1
     assert seed == derive_seed(root, NODEID, index)
     assert f"replay:  pytest '{NODEID}' --snakeloop-replay='{NODEID}@{seed}'\n" in section
@@ -75,8 +55,8 @@ def test_seeds_option_finds_the_race_and_replay_reproduces_it(pytester):
     for _ in range(3):
         again = run(pytester, RACE, f"--snakeloop-replay={NODEID}@{seed}")
         again.assert_outcomes(failed=1)
-        replayed = _section(again)
-        assert _field(replayed, "fingerprint") == fingerprint
+        replayed = snakeloop_section(again)
+        assert section_field(replayed, "fingerprint") == fingerprint
         assert "failed on run" not in replayed  # a replay runs once
     assert "assert -20 == 40" in result.stdout.str()
 
@@ -95,7 +75,7 @@ def test_the_failure_section(pytester):
     seed = _failing_seed()
     result = run(pytester, RACE, f"--snakeloop-replay={seed}", "--snakeloop-perturb=io_order")
     result.assert_outcomes(failed=1)
-    section = _section(result)
+    section = snakeloop_section(result)
     lines = section.splitlines()[1:]
     assert lines[0] == f"seed={seed}  perturb=io_order"
     assert re.fullmatch(r"fingerprint=[0-9a-f]{32}  decisions=[1-9]\d*", lines[1]), lines[1]
@@ -110,7 +90,7 @@ def test_the_failure_section(pytester):
         decisions.append(line)
     assert 1 <= len(decisions) <= 10
     assert all(re.fullmatch(r"  it=\d+ io_order \S.*", line) for line in decisions), decisions
-    count = int(_field(section, "decisions"))
+    count = int(section_field(section, "decisions"))
     assert len(decisions) == min(count, 10)
 
 
@@ -324,7 +304,7 @@ def test_replay_under_every_runner(pytester, runner):
     args = (f"--snakeloop-replay={seed}", "--snakeloop-perturb=io_order")
     result = run(pytester, RACE, *args, runner=runner)
     result.assert_outcomes(failed=1)
-    assert _section(result).splitlines()[1] == f"seed={seed}  perturb=io_order"
+    assert snakeloop_section(result).splitlines()[1] == f"seed={seed}  perturb=io_order"
 
 
 RUNS_SEEN = """
@@ -399,8 +379,8 @@ def test_the_section_lists_the_last_ten_decisions(pytester):
     result.assert_outcomes(failed=1)
     count, last = re.search(r"LAST (\d+) '(.*)'", result.stdout.str()).groups()
     assert int(count) > 10
-    section = _section(result)
-    assert _field(section, "decisions") == count
+    section = snakeloop_section(result)
+    assert section_field(section, "decisions") == count
     listed = [line for line in section.splitlines() if line.startswith("  it=")]
     assert len(listed) == 10
     assert listed[-1] == "  " + last
