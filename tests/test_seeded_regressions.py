@@ -7,7 +7,11 @@ strict xfail whose reason says where it is.
 from __future__ import annotations
 
 import collections
+import socket
+import ssl
 import threading
+
+import pytest
 
 import snakeloop
 from snakeloop.inbox import Inbox
@@ -67,5 +71,23 @@ def test_a_busy_seeded_loop_still_takes_other_threads_calls():
         watchdog.cancel()
         thread.join()
         assert seen == list(range(200))
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("method", ["sock_recv", "sock_recv_into", "sock_sendall"])
+def test_a_seeded_loop_refuses_ssl_sockets_as_asyncio_does(method):
+    # The chunking views wrapped the socket first, and the wrapper is no SSLSocket.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    loop = snakeloop.new_event_loop(seed=1, perturb="chunking,chunking_writes")
+    try:
+        raw = socket.socket()
+        with context.wrap_socket(
+            raw, server_hostname="example.com", do_handshake_on_connect=False
+        ) as sock:
+            sock.setblocking(False)
+            argument = {"sock_recv": 10, "sock_recv_into": bytearray(10), "sock_sendall": b"x"}
+            with pytest.raises(TypeError, match="^Socket cannot be of type SSLSocket$"):
+                loop.run_until_complete(getattr(loop, method)(sock, argument[method]))
     finally:
         loop.close()

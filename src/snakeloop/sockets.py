@@ -240,9 +240,11 @@ class SocketMixin(LoopMixinBase):
     # (snakeloop.chunking.ChunkedSocket); a datagram socket's are left whole.
 
     async def _sock_recv_chunked(self, sock: socket.socket, n: int) -> bytes:
+        check_ssl_socket(sock)  # before the view hides what the socket is
         return await SocketMixin.sock_recv(self, self._chunking.view(sock), n)
 
     async def _sock_recv_into_chunked(self, sock: socket.socket, buf: WriteableBuffer) -> int:
+        check_ssl_socket(sock)
         return await SocketMixin.sock_recv_into(self, self._chunking.view(sock), buf)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _RetAddress]:
@@ -349,6 +351,7 @@ class SocketMixin(LoopMixinBase):
         # sock_sendall of a seeded loop with ``chunking_writes`` (installed on
         # that loop only): each send of a stream socket takes a drawn part
         # (snakeloop.chunking.SendingInChunks); a datagram socket is left whole.
+        check_ssl_socket(sock)
         await SocketMixin.sock_sendall(self, self._write_chunking.view(sock), data)
 
     async def sock_sendto(
