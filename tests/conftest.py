@@ -77,6 +77,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("stress") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(STRESS_TIME_LIMIT))
+    # Under --snakeloop-seeds every test is repeated, but a seed changes only snakeloop
+    # loops: the later runs of a stdlib-loop case or of an unseeded test would repeat the
+    # first one exactly.
+    repeats = [item for item in items if _repeats_an_unseeded_run(item)]
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        dropped = set(repeats)
+        items[:] = [item for item in items if item not in dropped]
+
+
+def _repeats_an_unseeded_run(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if not params.get("_snakeloop_seed_run"):  # not a run of --snakeloop-seeds, or run 0
+        return False
+    if item.get_closest_marker("unseeded") is not None:
+        return True
+    return any(str(params.get(name, "")).startswith("stdlib") for name in ("loop_kind", "kind"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
