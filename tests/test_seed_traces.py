@@ -388,3 +388,11 @@ def test_recording_is_a_decision_list(tmp_path):
     recording = tracefile.record(recorded)
     assert isinstance(recording, Recording)
     assert list(recording) == recorded.schedule_trace()
+
+
+def test_a_recording_that_needs_virtual_time_is_refused_without_it():
+    loop = snakeloop.new_event_loop(seed=1, perturb="io_latency", clock=snakeloop.VirtualClock())
+    loop.close()
+    recording = tracefile.record(loop)
+    with pytest.raises(ValueError, match="^perturb 'io_latency' delays readiness"):
+        snakeloop.new_event_loop(replay=recording)

@@ -240,8 +240,6 @@ class Loop(
                 None if perturb is None else parse_perturb(perturb, available=IMPLEMENTED),
             )
             schedule = recording.schedule(trace)
-            if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
-                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
             recording.warn_if_environment_differs(stacklevel=3)
         elif seed is not None:
             from .perturbation import IMPLEMENTED
@@ -253,16 +251,18 @@ class Loop(
                 trace,
                 None if replay is None else list(replay),
             )
-            if "epoch" in schedule.perturbation and not getattr(clock, "is_virtual", False):
-                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)  # before any fd is opened
-            if "io_latency" in schedule.perturbation and not getattr(clock, "is_virtual", False):
-                raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
         elif replay is not None:
             raise ValueError("replay= needs seed=: give the seed of the run that was recorded")
         elif perturb is not None:
             raise ValueError(
                 "perturb= needs seed=: the seed is what makes a perturbed run replayable"
             )
+        if schedule is not None and not getattr(clock, "is_virtual", False):
+            # Before any fd is opened: a refused loop leaves nothing to close.
+            if "epoch" in schedule.perturbation:
+                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)
+            if "io_latency" in schedule.perturbation:
+                raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
         CoreLoop.__init__(self, MonotonicClock(), io_backend, Waker())
         self._on_deadlock = on_deadlock
         self._deadlock_logged = False
@@ -490,7 +490,7 @@ class Loop(
             self._waker.close,
         )
 
-    # -- seeded scheduling (issue 12: under way) ------------------------------
+    # -- seeded scheduling (snakeloop.seeding) --------------------------------
 
     @property
     def seed(self) -> int | None:
