@@ -39,6 +39,8 @@ class DebugMixin(LoopMixinBase):
 
     def set_debug(self, enabled: bool) -> None:
         self._debug = enabled
+        # Debug mode runs each callback through the observer, which times it.
+        self._update_observer()
         if self.is_running():
             self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)
 

@@ -124,6 +124,9 @@ class Executors:
         "_prune_at",
         "_used",
         "_shutdown_thread",
+        "_submitted",
+        "_finished",
+        "_finished_lock",
     )
 
     def __init__(self, loop: LoopMixinBase) -> None:
@@ -135,6 +138,12 @@ class Executors:
         # Every executor this loop gave work to, for worker_threads().
         self._used: weakref.WeakSet[concurrent.futures.Executor] = weakref.WeakSet()
         self._shutdown_thread: threading.Thread | None = None
+        # Jobs handed to executors and jobs their threads finished (the
+        # metrics' executor_jobs gauge).  Worker threads count the second,
+        # under a lock: an unlocked += from several threads can lose counts.
+        self._submitted = 0
+        self._finished = 0
+        self._finished_lock = threading.Lock()
 
     def run(
         self,
@@ -155,6 +164,8 @@ class Executors:
                 executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
                 self._default = executor
         source = executor.submit(func, *args)
+        self._submitted += 1
+        source.add_done_callback(self._job_finished)
         future = futures.wrap_future(source, loop=loop)
         if loop._watch_outside_work:
             # Virtual time and test mode only: the census costs a few
@@ -165,6 +176,14 @@ class Executors:
             if len(jobs) > self._prune_at:
                 self._prune()
         return future
+
+    def _job_finished(self, source: concurrent.futures.Future[Any]) -> None:
+        with self._finished_lock:
+            self._finished += 1
+
+    def in_flight(self) -> int:
+        """Jobs handed to an executor whose function has not returned yet."""
+        return self._submitted - self._finished
 
     def _prune(self) -> None:
         jobs = self._jobs

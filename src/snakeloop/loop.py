@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
     from ._io import IOBackend
+    from .metrics import LoopMetrics
     from .virtualtime import VirtualTime
 
 __all__ = ["Loop"]
@@ -194,6 +195,9 @@ class Loop(
     # A seeded loop's chunking policies (snakeloop.chunking), when those dimensions are on.
     _chunking: Any = None
     _write_chunking: Any = None
+    # The slow-callback records and timing window (snakeloop.metrics.recorder),
+    # or None on a loop made with metrics=False.
+    _metrics_recorder: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
 
@@ -208,7 +212,11 @@ class Loop(
         perturb: str | Iterable[str] | Mapping[str, object] | None = None,
         trace: int = 10_000,
         replay: Iterable[Any] | None = None,
+        metrics: bool | Literal["sampled", "exact"] | None = None,
     ) -> None:
+        from .metrics import metrics_mode
+
+        metrics_on = metrics_mode(metrics)
         if on_deadlock is None:
             on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
         if on_deadlock is not None and on_deadlock not in DEADLOCK_MODES:
@@ -320,7 +328,15 @@ class Loop(
                 self._write_chunking = WriteChunking(schedule, perturbed)
                 self.__dict__["sock_sendall"] = self._sock_sendall_chunked
         self.set_clock(MonotonicClock() if clock is None else clock)
+        if metrics_on:
+            from ._core.counters import LoopCounters
+            from .metrics.recorder import MetricsRecorder
+
+            self._counters = LoopCounters()
+            self._metrics_recorder = MetricsRecorder(self, metrics_on)
+            self._on_slow_stretch = self._metrics_recorder.on_slow_stretch
         self._debug = debug_from_environment()
+        self._update_observer()
         self._task_factory: _TaskFactory | None = None
         self._exception_handler = None
         self._old_agen_hooks: Any = None
@@ -388,8 +404,11 @@ class Loop(
 
     def run_forever(self) -> None:
         """Run iterations until ``stop()`` is called."""
+        counters = self._counters
         try:
             self._run_forever_setup()
+            if counters is not None:
+                counters.run_started = self._now()
             if "_run_once" in self.__dict__ or type(self)._run_once is not CoreLoop._run_once:
                 # Someone wraps _run_once (to count or time iterations, as
                 # some monitoring tools do): call it once per iteration.
@@ -401,6 +420,9 @@ class Loop(
             else:
                 self._run_iterations(False)
         finally:
+            if counters is not None and counters.run_started is not None:
+                counters.uptime += self._now() - counters.run_started
+                counters.run_started = None
             self._run_forever_cleanup()
 
     def run_until_complete(self, future: _AwaitableLike[_T]) -> _T:
@@ -489,6 +511,35 @@ class Loop(
             inherited.close,
             self._waker.close,
         )
+
+    # -- metrics and observation (snakeloop.metrics, snakeloop.observing) ------
+
+    def metrics(self, reset_peaks: bool = False) -> LoopMetrics:
+        """A snapshot of what this loop has been doing (``snakeloop.metrics``).
+
+        ``reset_peaks=True`` starts the peak (``timer_lag_max``) over after
+        this snapshot.  Raises RuntimeError on a
+        loop made with ``metrics=False``.  Safe from any thread.
+        """
+        from .metrics import snapshot
+
+        return snapshot(self, reset_peaks=reset_peaks)
+
+    def _update_observer(self) -> None:
+        recorder = self._metrics_recorder
+        timing = recorder if recorder is not None and recorder.timing(self._now()) else None
+        if self._debug or timing is not None:
+            from .observing import Observer
+
+            self._observe = Observer(self, debug=self._debug, recorder=timing)
+        else:
+            self._observe = None
+
+    def _executor_jobs(self) -> int:
+        return self._executors.in_flight()
+
+    def _emit_slow_callback(self, record: Any) -> None:
+        pass  # no instrument hooks yet
 
     # -- seeded scheduling (snakeloop.seeding) --------------------------------
 

@@ -308,6 +308,27 @@ class LoopContract(Protocol):
         """What a deadlock does: "raise", "log" or "ignore" (``on_deadlock``)."""
         ...
 
+    _now: Callable[[], float]
+    """The clock's read function, as ``loop.time()`` without the call to the method."""
+
+    _counters: Any
+    """The metrics' totals (``_core.counters.LoopCounters``), or None (``metrics=False``)."""
+
+    _metrics_recorder: Any
+    """The slow-callback records and timing window (``metrics.recorder``), or None."""
+
+    def _update_observer(self) -> None:
+        """Set or clear ``_observe`` after debug mode, instruments or timing changed."""
+        ...
+
+    def _emit_slow_callback(self, record: Any) -> None:
+        """Hand a slow-callback record to the instruments' ``slow_callback`` hook."""
+        ...
+
+    def _executor_jobs(self) -> int:
+        """How many ``run_in_executor`` jobs have not finished (a metrics gauge)."""
+        ...
+
 
 def _private_members(protocol: type) -> frozenset[str]:
     members = {

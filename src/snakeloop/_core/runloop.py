@@ -22,6 +22,8 @@ One iteration (``_run_once``) is:
    callbacks they add wait for the next iteration.  (When nothing was ready
    before the poll, the I/O callbacks of step 3 are kept in a list and run
    first, then the deque's timers: the same order, without the deque.)
+   When ``_observe`` is set (debug mode, instruments, a metrics timing
+   window), it runs this step instead, one watched callback at a time.
 
 The heap holds deadlines only (floats: compared in C, and invisible to the
 garbage collector); ``_timers`` maps each deadline to its handle, or to a
@@ -72,6 +74,7 @@ import threading
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
+from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .handles import Handle, TimerHandle
 
 if TYPE_CHECKING:
@@ -166,6 +169,9 @@ class CoreLoop:
         "_current_handle",
         "_block_forever",
         "_threadsafe_inbox",
+        "_counters",
+        "_observe",
+        "_on_slow_stretch",
         "slow_callback_duration",
     )
 
@@ -210,6 +216,13 @@ class CoreLoop:
         # Only that branch reads it, after the fd tables: a server waiting
         # for its next request pays one truth test of its reader table.
         self._block_forever = None
+        # The metrics' totals (_core.counters.LoopCounters), or None when the
+        # loop keeps none; and who is told of a slow stretch of callbacks.
+        self._counters = None
+        self._on_slow_stretch = None
+        # None, or what runs step 5 callback by callback (debug mode,
+        # instruments, a metrics timing window: snakeloop.observing).
+        self._observe = None
         self.slow_callback_duration = 0.1
         io_backend.register(self._waker_fd, _READABLE)
 
@@ -439,6 +452,14 @@ class CoreLoop:
         dispatch.  Every bytecode here is paid once per iteration, and a
         server answering one request per iteration pays it per request, so
         the shapes below were chosen by measuring (see docs/design.md).
+
+        The metrics (``_core.counters``) are counted in this frame's locals
+        and folded into ``self._counters`` by ``_flush_counters``: every
+        ``FLUSH_EVERY`` iterations, before a poll that may block, and on the
+        way out.  Durations come from the clock reads the iteration makes
+        anyway, plus the two around a poll that may block.  A stretch between
+        two reads (idle time left out) longer than ``slow_callback_duration``
+        goes to ``_slow_stretch``, which has it attributed.
         """
         ready = self._ready
         readers = self._readers
@@ -446,210 +467,324 @@ class CoreLoop:
         internal_readers = self._internal_readers
         append = ready.append
         popleft = ready.popleft
-        while True:
-            scheduled = self._scheduled
+        now = self._now
+        # Local counts since the last flush (see LoopCounters.add).
+        countdown = limit = 1 if once else _FLUSH_EVERY
+        polls = ran = ran_io = nevents = backlog = fired = 0
+        idle = 0.0
+        lags = []
+        slow = self.slow_callback_duration
+        # The last clock read: the stretch since then is timed whole, never
+        # callback by callback.
+        last_read = now()
+        try:
+            while True:
+                scheduled = self._scheduled
 
-            # 1. Lazily cancelled timers.
-            if self._timer_cancelled_count:
-                n = len(scheduled)
-                if (
-                    n > _MIN_TIMERS_TO_COMPACT
-                    and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
-                ):
-                    self._scheduled = scheduled = self._compact_timers()
+                # 1. Lazily cancelled timers.
+                if self._timer_cancelled_count:
+                    n = len(scheduled)
+                    if (
+                        n > _MIN_TIMERS_TO_COMPACT
+                        and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
+                    ):
+                        self._scheduled = scheduled = self._compact_timers()
+                    else:
+                        self._drop_cancelled_timers_at_top()
+
+                # 2-3. Poll, unless callbacks wait and only the waker is watched.
+                if ready or self._stopping:
+                    if readers or writers or internal_readers:
+                        events = self._poll(0)
+                        polls += 1
+                        if events:
+                            backlog += len(events)
+                    else:
+                        events = None
                 else:
-                    self._drop_cancelled_timers_at_top()
+                    polls += 1
+                    t = now()
+                    timeout = scheduled[0] - t if scheduled else None
+                    if timeout is None or timeout > 0:
+                        # This poll may sleep.  The stretch before it is
+                        # checked now, since the read after it starts anew,
+                        # and the totals are brought up to date for whoever
+                        # reads them while the loop waits.
+                        if t - last_read > slow:
+                            self._slow_stretch(t - last_read)
+                        self._flush_counters(
+                            limit - countdown,
+                            polls,
+                            ran,
+                            ran_io,
+                            nevents,
+                            backlog,
+                            idle,
+                            fired,
+                            lags,
+                        )
+                        limit = countdown
+                        polls = ran = ran_io = nevents = backlog = fired = 0
+                        idle = 0.0
+                        lags = []
+                        slow = self.slow_callback_duration
+                        if timeout is not None:
+                            if timeout > MAXIMUM_POLL_TIMEOUT:
+                                timeout = MAXIMUM_POLL_TIMEOUT
+                            events = self._poll(timeout)
+                        elif readers or writers or self._block_forever is None:
+                            events = self._poll(None)
+                        else:
+                            # Nothing watched and no timer: the loop's deadlock check.
+                            events = self._block_forever()
+                        last_read = now()
+                        idle += last_read - t
+                    else:
+                        events = self._poll(0)
+                if events:
+                    nevents += len(events)
+                    if (
+                        len(events) == 1
+                        and not ready
+                        and not self._observe
+                        and (not scheduled or scheduled[0] >= now() + self._clock_resolution)
+                    ):
+                        # One readable fd, nothing else ready, no timer due: the
+                        # iteration is that one reader's callback, so it runs now
+                        # instead of going through the deque (about a tenth of an
+                        # iteration's cost).  What it schedules waits for the next
+                        # iteration, as it would behind it in the deque.
+                        #
+                        # The lines that run the handle are step 5's, written out
+                        # here and in the batch loop below (Handles only, in both),
+                        # because they hold figures.  One loop for all three (this
+                        # handle, then the batch or the deque by countdown) cost 10%
+                        # more instructions per round trip of a one-connection echo
+                        # and 7% with twenty connections (callgrind, 3.11): this copy
+                        # holds the tcp-1k-1 and streams-1k-1 rows, the batch loop
+                        # tcp-1k-50 and http-50.
+                        fd, mask = events[0]
+                        if mask == _READABLE:
+                            handle = readers.get(fd)
+                            if handle is not None and not handle._cancelled:
+                                ran_io += 1
+                                try:
+                                    if handle._args:
+                                        handle._context.run(handle._callback, *handle._args)
+                                    else:
+                                        handle._context.run(handle._callback)
+                                except (SystemExit, KeyboardInterrupt):
+                                    raise
+                                except BaseException as exc:
+                                    handle._report(exc)
+                                handle = None
+                                countdown -= 1
+                                if not countdown:
+                                    if once or self._stopping:
+                                        return
+                                    self._flush_counters(
+                                        limit,
+                                        polls,
+                                        ran,
+                                        ran_io,
+                                        nevents,
+                                        backlog,
+                                        idle,
+                                        fired,
+                                        lags,
+                                    )
+                                    countdown = limit = _FLUSH_EVERY
+                                    polls = ran = ran_io = nevents = backlog = 0
+                                    fired = 0
+                                    idle = 0.0
+                                    lags = []
+                                elif self._stopping:
+                                    return
+                                continue
+                    # With nothing queued before the poll (a server's usual
+                    # iteration), this iteration's batch starts with the I/O
+                    # callbacks: they go into a list and run from it, which
+                    # costs less per callback than the deque.  Each handle is
+                    # still looked up now, before any of them runs, so a
+                    # callback that removes or replaces another fd's reader
+                    # cancels the handle already in the batch, as in asyncio.
+                    if ready or self._observe:
+                        batch = None
+                        add = append
+                    else:
+                        batch = []
+                        add = batch.append
+                    for fd, mask in events:
+                        if mask == _READABLE:
+                            # The common case, a readable fd with a live reader,
+                            # skips the writer table.
+                            handle = readers.get(fd)
+                            if handle is not None and not handle._cancelled:
+                                add(handle)
+                                continue
+                        # Any bit but "writable" wakes the reader and any bit
+                        # but "readable" the writer, so errors and hang-ups
+                        # reach both.  The waker and the internal fds are not in
+                        # the reader table: they cost lookups only on a miss.
+                        if mask & _NOT_WRITABLE:
+                            handle = readers.get(fd)
+                            if handle is not None:
+                                if handle._cancelled:
+                                    self._clear_io_handle(fd, readers, _READABLE)
+                                else:
+                                    add(handle)
+                            elif fd == self._waker_fd:
+                                self._waker.drain()
+                                continue
+                            elif fd in internal_readers:
+                                # Drained now (the signal pipe), so what it
+                                # queues joins this iteration's batch.
+                                internal_readers[fd]()
+                                continue
+                        if mask & _NOT_READABLE:
+                            handle = writers.get(fd)
+                            if handle is not None:
+                                if handle._cancelled:
+                                    self._clear_io_handle(fd, writers, _WRITABLE)
+                                else:
+                                    add(handle)
+                else:
+                    batch = None
 
-            # 2-3. Poll, unless callbacks wait and only the waker is watched.
-            if ready or self._stopping:
-                events = self._poll(0) if readers or writers or internal_readers else None
-            elif scheduled:
-                timeout = scheduled[0] - self._now()
-                if timeout > MAXIMUM_POLL_TIMEOUT:
-                    timeout = MAXIMUM_POLL_TIMEOUT
-                elif timeout < 0:
-                    timeout = 0
-                events = self._poll(timeout)
-            elif readers or writers or self._block_forever is None:
-                events = self._poll(None)
-            else:
-                # Nothing watched and no timer: the loop's deadlock check.
-                events = self._block_forever()
-            if (
-                events
-                and len(events) == 1
-                and not ready
-                and not self._debug
-                and (not scheduled or scheduled[0] >= self._now() + self._clock_resolution)
-            ):
-                # One readable fd, nothing else ready, no timer due: the
-                # iteration is that one reader's callback, so it runs now
-                # instead of going through the deque (about a tenth of an
-                # iteration's cost).  What it schedules waits for the next
-                # iteration, as it would behind it in the deque.
-                #
-                # The lines that run the handle are step 5's, written out
-                # here and in the batch loop below (Handles only, in both),
-                # because they hold figures.  One loop for all three (this
-                # handle, then the batch or the deque by countdown) cost 10%
-                # more instructions per round trip of a one-connection echo
-                # and 7% with twenty connections (callgrind, 3.11): this copy
-                # holds the tcp-1k-1 and streams-1k-1 rows, the batch loop
-                # tcp-1k-50 and http-50.
-                fd, mask = events[0]
-                if mask == _READABLE:
-                    handle = readers.get(fd)
-                    if handle is not None and not handle._cancelled:
+                # 4. Due timers.
+                if scheduled:
+                    t = now()
+                    if t - last_read > slow:
+                        self._slow_stretch(t - last_read)
+                    last_read = t
+                    end_time = t + self._clock_resolution
+                    when = scheduled[0]
+                    if when < end_time:
+                        # How late the iteration's earliest due timer runs.
+                        lags.append(t - when)
+                        timers = self._timers
+                        fired -= len(ready)
+                        while True:
+                            _heappop(scheduled)
+                            entry = timers.pop(when)
+                            # A cancelled handle can come due here: step 1 drops
+                            # only the earliest, and a cancel can come after it.  It
+                            # leaves the count now, or the count stays above zero
+                            # with nothing to find.
+                            if entry.__class__ is list:
+                                for handle in entry:
+                                    handle._scheduled = False
+                                    if handle._cancelled:
+                                        self._timer_cancelled_count -= 1
+                                    else:
+                                        append(handle)
+                            else:
+                                entry._scheduled = False
+                                if entry._cancelled:
+                                    self._timer_cancelled_count -= 1
+                                else:
+                                    append(entry)
+                            if not scheduled:
+                                break
+                            when = scheduled[0]
+                            if when >= end_time:
+                                break
+                        fired += len(ready)
+                        # Like ``handle`` at the end of the iteration: a traceback can
+                        # keep this frame after the return, with the last timer fired.
+                        entry = None
+
+                # 5. Run what was ready when this step began.  A countdown, not
+                # range(): most iterations run one or two callbacks, and building
+                # the range and its iterator costs more than the decrements.
+                # (Copying the deque into a list and running it with ``for``
+                # cost the chain row 18% more instructions per callback.)
+                ntodo = len(ready)
+                ran += ntodo
+                if self._observe:
+                    # Debug mode, instruments or a metrics timing window:
+                    # every callback through the observer (snakeloop.observing).
+                    self._observe.run_ready(ntodo)
+                    ntodo = 0
+                elif batch:
+                    # The I/O callbacks first; then the deque's callbacks, which
+                    # are this iteration's timers and signal handlers only (what
+                    # the batch schedules lands behind them, for the next one).
+                    ran_io += len(batch)
+                    for handle in batch:
+                        if handle._cancelled:
+                            continue
                         try:
                             if handle._args:
                                 handle._context.run(handle._callback, *handle._args)
                             else:
                                 handle._context.run(handle._callback)
                         except (SystemExit, KeyboardInterrupt):
+                            # The callbacks not run yet go back to the front of
+                            # the deque, where asyncio would still hold them
+                            # when the loop runs again.
+                            ready.extendleft(reversed(batch[batch.index(handle) + 1 :]))
                             raise
                         except BaseException as exc:
                             handle._report(exc)
-                        handle = None
-                        if once or self._stopping:
-                            return
-                        continue
-            # With nothing queued before the poll (a server's usual
-            # iteration), this iteration's batch starts with the I/O
-            # callbacks: they go into a list and run from it, which costs
-            # less per callback than the deque.  Each handle is still looked
-            # up now, before any of them runs, so a callback that removes
-            # or replaces another fd's reader cancels the handle already in
-            # the batch, as in asyncio.
-            if ready or self._debug:
-                batch = None
-                add = append
-            else:
-                batch = []
-                add = batch.append
-            if events:
-                for fd, mask in events:
-                    if mask == _READABLE:
-                        # The common case, a readable fd with a live reader,
-                        # skips the writer table.
-                        handle = readers.get(fd)
-                        if handle is not None and not handle._cancelled:
-                            add(handle)
-                            continue
-                    # Any bit but "writable" wakes the reader and any bit
-                    # but "readable" the writer, so errors and hang-ups
-                    # reach both.  The waker and the internal fds are not in
-                    # the reader table: they cost lookups only on a miss.
-                    if mask & _NOT_WRITABLE:
-                        handle = readers.get(fd)
-                        if handle is not None:
-                            if handle._cancelled:
-                                self._clear_io_handle(fd, readers, _READABLE)
-                            else:
-                                add(handle)
-                        elif fd == self._waker_fd:
-                            self._waker.drain()
-                            continue
-                        elif fd in internal_readers:
-                            # Drained now (the signal pipe), so what it
-                            # queues joins this iteration's batch.
-                            internal_readers[fd]()
-                            continue
-                    if mask & _NOT_READABLE:
-                        handle = writers.get(fd)
-                        if handle is not None:
-                            if handle._cancelled:
-                                self._clear_io_handle(fd, writers, _WRITABLE)
-                            else:
-                                add(handle)
-
-            # 4. Due timers.
-            if scheduled:
-                timers = self._timers
-                end_time = self._now() + self._clock_resolution
-                while scheduled:
-                    when = scheduled[0]
-                    if when >= end_time:
-                        break
-                    _heappop(scheduled)
-                    entry = timers.pop(when)
-                    # A cancelled handle can come due here: step 1 drops
-                    # only the earliest, and a cancel can come after it.  It
-                    # leaves the count now, or the count stays above zero
-                    # with nothing to find.
-                    if entry.__class__ is list:
-                        for handle in entry:
-                            handle._scheduled = False
-                            if handle._cancelled:
-                                self._timer_cancelled_count -= 1
-                            else:
-                                append(handle)
-                    else:
-                        entry._scheduled = False
-                        if entry._cancelled:
-                            self._timer_cancelled_count -= 1
-                        else:
-                            append(entry)
-                # Like ``handle`` at the end of the iteration: a traceback can
-                # keep this frame after the return, with the last timer fired.
-                entry = None
-
-            # 5. Run what was ready when this step began.  A countdown, not
-            # range(): most iterations run one or two callbacks, and building
-            # the range and its iterator costs more than the decrements.
-            # (Copying the deque into a list and running it with ``for``
-            # cost the chain row 18% more instructions per callback.)
-            ntodo = len(ready)
-            if self._debug:
-                self._run_ready_debug(ntodo)
-                ntodo = 0
-            elif batch:
-                # The I/O callbacks first; then the deque's callbacks, which
-                # are this iteration's timers and signal handlers only (what
-                # the batch schedules lands behind them, for the next one).
-                for handle in batch:
-                    if handle._cancelled:
-                        continue
+                    batch = None
+                while ntodo:
+                    ntodo -= 1
+                    handle = popleft()
+                    # Handle._run, or its plain-entry twin, written out: a call
+                    # per callback cost 4 to 6% more instructions on the chain,
+                    # chains100 and sleep0 rows.
                     try:
-                        if handle._args:
+                        if handle.__class__ is tuple:
+                            callback, arg, context = handle
+                            context.run(callback, arg)
+                        elif handle._cancelled:
+                            pass
+                        elif handle._args:
                             handle._context.run(handle._callback, *handle._args)
                         else:
+                            # Without arguments (readers, writers, most call_soon
+                            # calls) the call skips building a new argument tuple.
                             handle._context.run(handle._callback)
                     except (SystemExit, KeyboardInterrupt):
-                        # The callbacks not run yet go back to the front of
-                        # the deque, where asyncio would still hold them
-                        # when the loop runs again.
-                        ready.extendleft(reversed(batch[batch.index(handle) + 1 :]))
                         raise
                     except BaseException as exc:
-                        handle._report(exc)
-                batch = None
-            while ntodo:
-                ntodo -= 1
-                handle = popleft()
-                # Handle._run, or its plain-entry twin, written out: a call
-                # per callback cost 4 to 6% more instructions on the chain,
-                # chains100 and sleep0 rows.
-                try:
-                    if handle.__class__ is tuple:
-                        callback, arg, context = handle
-                        context.run(callback, arg)
-                    elif handle._cancelled:
-                        pass
-                    elif handle._args:
-                        handle._context.run(handle._callback, *handle._args)
-                    else:
-                        # Without arguments (readers, writers, most call_soon
-                        # calls) the call skips building a new argument tuple.
-                        handle._context.run(handle._callback)
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    _as_handle(self, handle)._report(exc)
-            # A traceback that passed through this frame keeps its locals
-            # alive after the return: drop the last callback's references.
-            handle = callback = arg = context = None
-            if once or self._stopping:
-                return
+                        _as_handle(self, handle)._report(exc)
+                # A traceback that passed through this frame keeps its locals
+                # alive after the return: drop the last callback's references.
+                handle = callback = arg = context = None
+                countdown -= 1
+                if not countdown:
+                    if once or self._stopping:
+                        return
+                    self._flush_counters(
+                        limit, polls, ran, ran_io, nevents, backlog, idle, fired, lags
+                    )
+                    countdown = limit = _FLUSH_EVERY
+                    polls = ran = ran_io = nevents = backlog = fired = 0
+                    idle = 0.0
+                    lags = []
+                elif self._stopping:
+                    return
+        finally:
+            # Every way out (stop, run_once, an exception) keeps the counts.
+            self._flush_counters(
+                limit - countdown, polls, ran, ran_io, nevents, backlog, idle, fired, lags
+            )
+
+    def _flush_counters(self, iterations, polls, ran, ran_io, nevents, backlog, idle, fired, lags):
+        counters = self._counters
+        if counters is not None:
+            counters.add(iterations, polls, ran, ran_io, nevents, backlog, idle, fired, lags)
+
+    def _slow_stretch(self, duration):
+        """The callbacks between two clock reads ran ``duration`` seconds."""
+        counters = self._counters
+        if counters is not None:
+            counters.slow_iterations += 1
+            on_slow = self._on_slow_stretch
+            if on_slow is not None:
+                on_slow(duration)
 
     def _drop_cancelled_timers_at_top(self):
         """Pop cancelled timers while they are the earliest ones."""
@@ -697,25 +832,3 @@ class CoreLoop:
         heapq.heapify(kept)
         self._timer_cancelled_count = 0
         return kept
-
-    def _run_ready_debug(self, ntodo):
-        """Step 5 in debug mode: time each callback and report slow ones."""
-        ready = self._ready
-        now = self._now
-        for _ in range(ntodo):
-            # A plain entry was queued before debug mode was switched on.
-            handle = _as_handle(self, ready.popleft())
-            if handle._cancelled:
-                continue
-            self._current_handle = handle
-            try:
-                t0 = now()
-                handle._run()
-                dt = now() - t0
-                if dt >= self.slow_callback_duration:
-                    logger.warning("Executing %s took %.3f seconds", format_handle(handle), dt)
-            finally:
-                self._current_handle = None
-        # As in _run_iterations: the traceback of an error raised by the last
-        # callback may hold this frame after the return.
-        handle = None

@@ -1,0 +1,116 @@
+# cython: annotation_typing=False
+"""The run loop's totals, behind ``loop.metrics()``.
+
+``CoreLoop._run_iterations`` counts in its frame's locals, which cost a
+fraction of an attribute store, and adds them here in one call
+(``add``): every ``FLUSH_EVERY`` iterations, before a poll that may block,
+and when it returns.  So a reader in another thread, or a callback of the
+loop itself, sees totals at most ``FLUSH_EVERY`` iterations old while the
+loop is busy, and exact ones while it waits or after it stops.
+
+Durations are in the loop's clock (real seconds on the default clock,
+virtual seconds on a ``VirtualClock``), because they are read from the
+clock reads the iteration already makes: the loop reads no clock for its
+metrics that it would not read anyway, except around a poll that may
+block, which is about to sleep.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FLUSH_EVERY", "LAG_BUCKETS", "LoopCounters"]
+
+# Iterations between two flushes of the run loop's local counts.
+FLUSH_EVERY = 256
+
+# Timer lag histogram: bucket i < LAG_BUCKETS - 1 holds lags under 2**i ms
+# (and at least 2**(i-1) ms for i > 0); the last one holds 1024 ms and more.
+LAG_BUCKETS = 12
+
+
+class LoopCounters:
+    """Totals since the loop was made; mutated only by the loop's thread."""
+
+    __slots__ = (
+        "iterations",
+        "polls",
+        "polls_skipped",
+        "callbacks",
+        "ready_total",
+        "io_events",
+        "io_backlog",
+        "idle",
+        "timers_fired",
+        "lag_max",
+        "lag_sum",
+        "lag_count",
+        "lag_hist",
+        "slow_iterations",
+        "uptime",
+        "run_started",
+    )
+
+    def __init__(self):
+        self.iterations = 0
+        self.polls = 0
+        self.polls_skipped = 0
+        self.callbacks = 0
+        self.ready_total = 0
+        self.io_events = 0
+        self.io_backlog = 0
+        self.idle = 0.0
+        self.timers_fired = 0
+        self.lag_max = 0.0
+        self.lag_sum = 0.0
+        self.lag_count = 0
+        self.lag_hist = [0] * LAG_BUCKETS
+        self.slow_iterations = 0
+        # Loop time spent in finished runs, and when the current one began
+        # (None while the loop is not running).
+        self.uptime = 0.0
+        self.run_started = None
+
+    def add(
+        self,
+        iterations: int,
+        polls: int,
+        ready_total: int,
+        io_callbacks: int,
+        io_events: int,
+        io_backlog: int,
+        idle: float,
+        timers_fired: int,
+        lags: list[float],
+    ) -> None:
+        """Fold in one stretch of the run loop's local counts.
+
+        ``lags`` lists how late each iteration's earliest due timer ran
+        (loop seconds); it is kept as a list there because appending costs
+        the iteration less than updating a histogram.
+        """
+        self.iterations += iterations
+        self.polls += polls
+        # An iteration that did not poll skipped it (see steps 2-3).
+        self.polls_skipped += iterations - polls
+        self.ready_total += ready_total
+        self.callbacks += ready_total + io_callbacks
+        self.io_events += io_events
+        self.io_backlog += io_backlog
+        self.idle += idle
+        self.timers_fired += timers_fired
+        if lags:
+            hist = self.lag_hist
+            last = LAG_BUCKETS - 1
+            for lag in lags:
+                if lag < 0.0:
+                    # Due within one clock resolution: not late.
+                    lag = 0.0
+                elif lag > self.lag_max:
+                    self.lag_max = lag
+                self.lag_sum += lag
+                bucket = int(lag * 1000.0).bit_length()
+                hist[bucket if bucket < last else last] += 1
+            self.lag_count += len(lags)
+
+    def reset_peaks(self) -> None:
+        """Start the peak (``lag_max``) over."""
+        self.lag_max = 0.0

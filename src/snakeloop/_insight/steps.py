@@ -1,0 +1,104 @@
+"""Which task a ready callback steps, and where that task's code stands.
+
+A task step reaches the ready queue in one of these shapes (see
+``docs/design.md`` and determinism.md section 1):
+
+- snakeloop's ``Task``: a plain entry ``(task._step | task._wakeup, arg,
+  context)``, or a Handle holding that bound method (debug mode);
+- asyncio's C ``Task``: a Handle whose callback is a ``TaskStepMethWrapper``
+  or the builtin ``task_wakeup``, both with the task as ``__self__``;
+- asyncio's ``_PyTask``: a Handle holding its bound ``__step``/``__wakeup``.
+
+A task as ``__self__`` is not enough (``call_soon(task.cancel)`` is no
+step), so the callback itself is recognised.
+"""
+
+from __future__ import annotations
+
+import os
+from asyncio import tasks as aio_tasks
+from typing import Any
+
+from .._core.futures import Task as _SnakeTask
+from .frames import await_chain, short_path
+
+_STEP_FUNCTIONS = frozenset(
+    {
+        _SnakeTask._step,
+        _SnakeTask._wakeup,
+        aio_tasks._PyTask._Task__step,  # type: ignore[attr-defined]
+        aio_tasks._PyTask._Task__wakeup,  # type: ignore[attr-defined]
+    }
+)
+_ASYNCIO_DIR = os.path.dirname(aio_tasks.__file__) + os.sep
+_SNAKELOOP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def callback_of(entry: Any) -> Any:
+    """The callable a ready-queue entry (plain tuple or Handle) runs."""
+    if entry.__class__ is tuple:
+        return entry[0]
+    return getattr(entry, "_callback", None)
+
+
+def task_stepped_by(callback: Any) -> Any:
+    """The task ``callback`` takes a step of, or None."""
+    owner = getattr(callback, "__self__", None)
+    if owner is None:
+        return None
+    if getattr(callback, "__func__", None) in _STEP_FUNCTIONS:
+        return owner
+    if type(callback).__name__ == "TaskStepMethWrapper":
+        return owner
+    if getattr(callback, "__name__", None) == "task_wakeup" and hasattr(owner, "get_coro"):
+        return owner
+    return None
+
+
+def where_suspended(task: Any) -> tuple[str, int] | None:
+    """``(file, line)`` of the innermost code of the task's own where it waits.
+
+    Frames of asyncio and snakeloop are passed over, so ``await
+    asyncio.sleep(1)`` stands at the line of that await, not in ``sleep``.
+    None when the task has no suspended frame (finished, or not started).
+    """
+    try:
+        coro = task.get_coro()
+    except Exception:
+        return None
+    if coro is None:
+        return None
+    place = None
+    for frame in await_chain(coro):
+        filename = frame.f_code.co_filename
+        if place is not None and filename.startswith((_ASYNCIO_DIR, _SNAKELOOP_DIR)):
+            break
+        place = (filename, frame.f_lineno or frame.f_code.co_firstlineno)
+    return place
+
+
+def place_text(place: tuple[str, int] | None) -> str:
+    """``file:line`` for a report, ``?`` when unknown."""
+    if place is None:
+        return "?"
+    return f"{short_path(place[0])}:{place[1]}"
+
+
+def coro_qualname(task: Any) -> str | None:
+    try:
+        coro = task.get_coro()
+    except Exception:
+        return None
+    code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+    if code is not None:
+        return code.co_qualname  # type: ignore[no-any-return]
+    return getattr(coro, "__qualname__", None) or type(coro).__qualname__
+
+
+def callback_label(callback: Any, args: Any = ()) -> str:
+    """A short name for a callback that is no task step."""
+    name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
+    if name is None:
+        return repr(callback)
+    module = getattr(callback, "__module__", None)
+    return f"{module}.{name}" if module else name

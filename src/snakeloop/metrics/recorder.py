@@ -1,0 +1,140 @@
+"""Slow-callback attribution: which task and which lines held the loop.
+
+The run loop hands over two things (``_core.runloop``):
+
+- ``on_slow_stretch(duration)``: the stretch between two of its clock
+  reads ran longer than ``slow_callback_duration``.  It cannot say which
+  of its callbacks was slow, so the loop then times every callback
+  for ``WINDOW`` seconds (a timing window, at most one every
+  ``WINDOW_EVERY`` seconds, so its cost stays under 1% of the time), and
+  any slow one in the window is recorded with its task and lines;
+- with the window open (or in ``"exact"`` mode), each slow callback from
+  the observer (``snakeloop.observing``) through ``record``.
+
+A record goes to the ring of the last ``RING`` records
+(``loop.metrics().slow_callbacks``), to a warning on the ``snakeloop``
+logger, and to the instruments' ``slow_callback`` hook.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+from . import SlowCallback
+
+# The attribution helpers (``_insight.steps``) are imported when a window
+# first times a callback: a loop that is never slow never loads them.
+
+__all__ = ["RING", "WINDOW", "WINDOW_EVERY", "MetricsRecorder"]
+
+logger = logging.getLogger("snakeloop")
+
+RING = 32
+WINDOW = 10.0
+WINDOW_EVERY = 100.0
+
+
+class MetricsRecorder:
+    """A loop's slow-callback records and its timing window."""
+
+    __slots__ = ("_loop", "mode", "exact", "_ring", "_window_until", "_window_opened")
+
+    def __init__(self, loop: Any, mode: bool | str) -> None:
+        self._loop = loop
+        self.mode = mode
+        self.exact = mode == "exact"
+        self._ring: collections.deque[SlowCallback] = collections.deque(maxlen=RING)
+        self._window_until = float("-inf")
+        self._window_opened = float("-inf")
+
+    def recent(self) -> tuple[SlowCallback, ...]:
+        return tuple(self._ring)
+
+    def timing(self, now: float) -> bool:
+        """Whether every callback is timed at loop time ``now``."""
+        return self.exact or now < self._window_until
+
+    def on_slow_stretch(self, duration: float) -> None:
+        loop = self._loop
+        if self.timing(loop.time()):
+            return  # the observer times each callback itself
+        now = loop.time()
+        opens = now - self._window_opened >= WINDOW_EVERY
+        logger.warning(
+            "%r ran callbacks for %.3f seconds without a pause, longer than "
+            "slow_callback_duration (%.3f s)%s",
+            loop,
+            duration,
+            loop.slow_callback_duration,
+            (
+                f"; timing every callback for the next {WINDOW:g} s to name the slow one "
+                "(see loop.metrics().slow_callbacks)"
+                if opens
+                else ""
+            ),
+        )
+        if opens:
+            self._window_opened = now
+            self._window_until = now + WINDOW
+            loop._update_observer()
+
+    def window_closed(self, now: float) -> bool:
+        return not self.exact and now >= self._window_until
+
+    def start_of(self, entry: Any) -> tuple[Any, tuple[str, int] | None]:
+        """Before a timed callback runs: its task, and where that task stands."""
+        from .._insight.steps import callback_of, task_stepped_by, where_suspended
+
+        task = task_stepped_by(callback_of(entry))
+        return task, (None if task is None else where_suspended(task))
+
+    def record(self, entry: Any, duration: float, task: Any, start: Any) -> SlowCallback:
+        from .._insight.steps import (
+            callback_label,
+            callback_of,
+            coro_qualname,
+            place_text,
+            where_suspended,
+        )
+
+        callback = callback_of(entry)
+        loop = self._loop
+        if task is None:
+            name = qualname = segment = None
+            label = callback_label(callback)
+        else:
+            try:
+                name = task.get_name()
+            except Exception:
+                name = None
+            qualname = coro_qualname(task)
+            # None once the step finished the task: its frame is gone.
+            end = where_suspended(task)
+            segment = f"{place_text(start)} → {place_text(end)}"
+            label = f"step of {name!r}" if name else "task step"
+        counters = loop._counters
+        record = SlowCallback(
+            duration=duration,
+            task_name=name,
+            coro_qualname=qualname,
+            segment=segment,
+            callback_label=label,
+            iteration=0 if counters is None else counters.iterations,
+            wall_time=time.time(),
+        )
+        self._ring.append(record)
+        if task is None:
+            logger.warning("Slow callback %s took %.3f seconds", label, duration)
+        else:
+            logger.warning(
+                "Slow step of task %r (%s) took %.3f seconds: %s",
+                name,
+                qualname,
+                duration,
+                segment,
+            )
+        loop._emit_slow_callback(record)
+        return record
