@@ -47,6 +47,8 @@ class LoopCounters:
         "slow_iterations",
         "uptime",
         "run_started",
+        "wait_started",
+        "wait_ended",
     )
 
     def __init__(self):
@@ -68,6 +70,11 @@ class LoopCounters:
         # (None while the loop is not running).
         self.uptime = 0.0
         self.run_started = None
+        # The last poll that could block, whose idle time is still in the run
+        # loop's locals: when it began (None if there is none) and when it
+        # ended (before it began: it has not ended yet).
+        self.wait_started = None
+        self.wait_ended = 0.0
 
     def add(
         self,
@@ -96,6 +103,7 @@ class LoopCounters:
         self.io_events += io_events
         self.io_backlog += io_backlog
         self.idle += idle
+        self.wait_started = None
         self.timers_fired += timers_fired
         if lags:
             hist = self.lag_hist
@@ -110,6 +118,14 @@ class LoopCounters:
                 bucket = int(lag * 1000.0).bit_length()
                 hist[bucket if bucket < last else last] += 1
             self.lag_count += len(lags)
+
+    def idle_until(self, now: float) -> float:
+        """Idle time up to ``now``, with that of a poll not flushed yet."""
+        started = self.wait_started
+        if started is None:
+            return self.idle
+        ended = self.wait_ended
+        return self.idle + ((ended if ended >= started else now) - started)
 
     def reset_peaks(self) -> None:
         """Start the peak (``lag_max``) over."""

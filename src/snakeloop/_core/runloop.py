@@ -528,6 +528,9 @@ class CoreLoop:
                         idle = 0.0
                         lags = []
                         slow = self.slow_callback_duration
+                        counters = self._counters
+                        if counters is not None:
+                            counters.wait_started = t
                         if timeout is not None:
                             if timeout > MAXIMUM_POLL_TIMEOUT:
                                 timeout = MAXIMUM_POLL_TIMEOUT
@@ -539,6 +542,8 @@ class CoreLoop:
                             events = self._block_forever()
                         last_read = now()
                         idle += last_read - t
+                        if counters is not None:
+                            counters.wait_ended = last_read
                     else:
                         events = self._poll(0)
                 if events:

@@ -23,9 +23,13 @@ task and the lines that were slow.  ``loop.metrics()`` returns a frozen
 - ``False``: nothing is kept, and ``loop.metrics()`` raises.
 
 Durations are in the loop's clock: real seconds on the default clock,
-virtual seconds on a ``VirtualClock``.  While the loop is busy the counts
-can lag by up to 256 iterations (``_core.counters``); they are exact while
-it waits and after it stops.
+virtual seconds on a ``VirtualClock``.  The counts are taken in the run
+loop's own variables and published every 256 iterations, before each poll
+that may wait, and when the loop stops (``_core.counters``).  A snapshot
+taken while the loop runs, from a callback or another thread, therefore
+lacks what happened since then (at most 256 iterations' worth; the idle
+time is always up to date); one taken after ``run_until_complete`` or
+``run_forever`` returns is exact.
 
 Exporters: ``prometheus_text(loop)`` (no dependency) and
 ``snakeloop.metrics.otel.register(meter, loop)`` (imports OpenTelemetry
@@ -188,11 +192,12 @@ def snapshot(loop: Any, *, reset_peaks: bool = False) -> LoopMetrics:
             "SNAKELOOP_METRICS=0); make it with metrics=True to read loop.metrics()"
         )
     recorder = loop._metrics_recorder
+    now = loop.time()
     uptime = counters.uptime
     started = counters.run_started
     if started is not None:
-        uptime += loop.time() - started
-    idle = counters.idle
+        uptime += now - started
+    idle = counters.idle_until(now)
     busy = max(0.0, uptime - idle)
     result = LoopMetrics(
         mode=recorder.mode,

@@ -1,0 +1,484 @@
+"""Always-on loop metrics: counts, idle time, timer lag, slow-callback attribution.
+
+Slow callbacks are real (``time.sleep`` in a task step, outside debug
+mode) and timed on the real clock; the thresholds they are checked
+against are far from the sleeps.  Everything else about time runs on a
+``VirtualClock``, where the lags and idle times are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+import snakeloop
+import snakeloop.metrics
+from snakeloop import VirtualClock
+from snakeloop.metrics import LAG_BUCKET_BOUNDS, LoopMetrics, prometheus_text, utilization
+from snakeloop.metrics.recorder import WINDOW
+
+TASK_KINDS = pytest.mark.parametrize("stdlib_futures", [False, True], ids=["snake", "ctask"])
+BLOCK = 0.15
+
+
+def _line_of(function, text):
+    """The line number of the first line of ``function`` that contains ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    for offset, line in enumerate(lines):
+        if text in line:
+            return first + offset
+    raise AssertionError(f"{text!r} not in {function.__name__}")
+
+
+def _place(function, text):
+    return f"tests/test_metrics.py:{_line_of(function, text)}"
+
+
+def run_then_read(main, **loop_options):
+    """Run ``main()`` on a new loop; its result and the loop's metrics once it stopped.
+
+    A snapshot taken after the run is exact; one taken inside it lacks the
+    last iterations (see snakeloop.metrics).
+    """
+    loop = snakeloop.new_event_loop(**loop_options)
+    try:
+        result = loop.run_until_complete(main())
+        return result, loop.metrics()
+    finally:
+        loop.close()
+
+
+# -- counts -------------------------------------------------------------------------------
+
+
+def test_a_call_soon_chain_is_counted_callback_by_callback():
+    loop = snakeloop.new_event_loop()
+    try:
+        before = loop.metrics()
+        n = 1000
+        left = [n]
+
+        def step():
+            left[0] -= 1
+            if left[0]:
+                loop.call_soon(step)
+            else:
+                loop.stop()
+
+        loop.call_soon(step)
+        loop.run_forever()
+        after = loop.metrics()
+    finally:
+        loop.close()
+    assert after.callbacks - before.callbacks == n
+    assert after.ready_total - before.ready_total == n
+    # One callback per iteration; no fd but the loop's own is watched, so
+    # every iteration with a callback ready skips its poll.
+    assert after.iterations - before.iterations == n
+    assert after.polls_skipped - before.polls_skipped == n
+    assert after.polls + after.polls_skipped == after.iterations
+    assert after.ready_depth == 0
+    assert isinstance(after, LoopMetrics)
+
+
+def test_counts_read_from_inside_the_loop_are_at_most_256_iterations_old():
+    async def main():
+        loop = asyncio.get_running_loop()
+        for _ in range(2000):
+            await asyncio.sleep(0)
+        return loop.metrics()
+
+    loop = snakeloop.new_event_loop()
+    try:
+        seen = loop.run_until_complete(main())
+        final = loop.metrics()
+    finally:
+        loop.close()
+    assert 2000 - 256 <= seen.iterations <= final.iterations
+    assert final.iterations >= 2000
+
+
+def test_io_events_are_counted():
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        try:
+            got = loop.create_future()
+            loop.add_reader(a, lambda: got.done() or got.set_result(a.recv(100)))
+            b.send(b"x")
+            assert await got == b"x"
+            loop.remove_reader(a)
+        finally:
+            a.close()
+            b.close()
+
+    _, m = run_then_read(main)
+    assert m.io_events == 1
+    assert m.io_backlog == 0
+
+
+def test_timers_fired_and_pending_are_counted():
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired = []
+        for i in range(5):
+            loop.call_later(0.1 * (i + 1), fired.append, i)
+        far = loop.call_later(100, fired.append, "far")
+        pending = loop.metrics().timers_pending
+        await asyncio.sleep(1)
+        far.cancel()
+        return pending, fired
+
+    (pending, fired), m = run_then_read(main, clock=VirtualClock())
+    assert pending == 6
+    assert fired == [0, 1, 2, 3, 4]
+    # The five timers and the sleep's own.
+    assert m.timers_fired == 6
+
+
+def test_executor_jobs_is_a_live_gauge():
+    release = threading.Event()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(None, release.wait, 10)
+        running = loop.metrics().executor_jobs
+        release.set()
+        await job
+        return running, loop.metrics().executor_jobs
+
+    running, after = snakeloop.run(main())
+    assert (running, after) == (1, 0)
+
+
+def test_tasks_alive_and_fds_are_gauges():
+    async def main():
+        loop = asyncio.get_running_loop()
+        blocker = asyncio.Event()
+        tasks = [asyncio.create_task(blocker.wait()) for _ in range(3)]
+        await asyncio.sleep(0)
+        a, b = socket.socketpair()
+        try:
+            loop.add_reader(a, lambda: None)
+            m = loop.metrics()
+            loop.remove_reader(a)
+        finally:
+            a.close()
+            b.close()
+        blocker.set()
+        await asyncio.gather(*tasks)
+        return m
+
+    m = snakeloop.run(main())
+    assert m.tasks_alive == 4  # main and its three
+    assert m.fds == 1
+
+
+# -- time: idle, busy, lag ---------------------------------------------------------------
+
+
+def test_idle_time_is_the_time_spent_waiting_in_polls():
+    async def main():
+        await asyncio.sleep(5)
+        return asyncio.get_running_loop().metrics()
+
+    m = snakeloop.run(main(), clock=VirtualClock())
+    # The sleep's five virtual seconds pass in a poll; nothing else takes time.
+    assert m.idle == pytest.approx(5.0)
+    assert m.uptime == pytest.approx(5.0)
+    assert m.busy == pytest.approx(0.0, abs=1e-6)
+    assert m.utilization == pytest.approx(0.0, abs=1e-6)
+
+
+def test_timer_lag_is_measured_against_a_known_stall():
+    clock = VirtualClock()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired = loop.create_future()
+        loop.call_later(0.1, fired.set_result, None)
+        # A stall of 0.5 s in the loop: the timer due at 0.1 runs at 0.5.
+        clock.jump(0.5)
+        await fired
+
+    _, m = run_then_read(main, clock=clock)
+    assert m.timer_lag_count == 1
+    assert m.timer_lag_max == pytest.approx(0.4)
+    assert m.timer_lag_sum == pytest.approx(0.4)
+    # 400 ms: the bucket of lags from 256 ms up to 512 ms.
+    bucket = next(i for i, bound in enumerate(LAG_BUCKET_BOUNDS) if 0.4 < bound)
+    assert LAG_BUCKET_BOUNDS[bucket - 1] <= 0.4
+    expected = [0] * len(m.timer_lag_hist)
+    expected[bucket] = 1
+    assert list(m.timer_lag_hist) == expected
+
+
+def test_timers_that_run_on_time_have_no_lag():
+    async def main():
+        for _ in range(10):
+            await asyncio.sleep(0.25)
+
+    _, m = run_then_read(main, clock=VirtualClock())
+    assert m.timer_lag_count == 10
+    assert m.timer_lag_max == 0.0
+    assert m.timer_lag_hist[0] == 10
+
+
+def test_reset_peaks_starts_the_lag_peak_over():
+    clock = VirtualClock()
+
+    async def late_timer():
+        loop = asyncio.get_running_loop()
+        fired = loop.create_future()
+        loop.call_later(0.1, fired.set_result, None)
+        clock.jump(0.3)
+        await fired
+
+    loop = snakeloop.new_event_loop(clock=clock)
+    try:
+        loop.run_until_complete(late_timer())
+        first = loop.metrics(reset_peaks=True)
+        second = loop.metrics()
+    finally:
+        loop.close()
+    assert first.timer_lag_max == pytest.approx(0.2)
+    assert second.timer_lag_max == 0.0
+    assert second.timer_lag_sum == pytest.approx(0.2)
+
+
+def test_utilization_between_two_snapshots():
+    clock = VirtualClock()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first = loop.metrics()
+        await asyncio.sleep(1)  # idle
+        loop.call_soon(clock.jump, 1.0)  # busy: a callback takes a second
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return first, loop.metrics()
+
+    first, second = snakeloop.run(main(), clock=clock)
+    assert utilization(first, second) == pytest.approx(0.5, abs=0.01)
+    assert utilization(second, second) == 0.0
+
+
+# -- slow callbacks ----------------------------------------------------------------------
+
+
+async def _blocks_twice():
+    await asyncio.sleep(0.01)
+    time.sleep(BLOCK)  # first block
+    await asyncio.sleep(0.01)  # between the blocks
+    time.sleep(BLOCK)  # second block
+    await asyncio.sleep(0.01)  # after the blocks
+
+
+def _run_blocking(stdlib_futures, metrics=True):
+    async def main():
+        worker = asyncio.create_task(_blocks_twice(), name="blocker")
+        await worker
+        return asyncio.get_running_loop().metrics()
+
+    loop = snakeloop.new_event_loop(stdlib_futures=stdlib_futures, metrics=metrics)
+    try:
+        assert not loop.get_debug()
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+@TASK_KINDS
+def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futures, caplog):
+    caplog.set_level(logging.WARNING, logger="snakeloop")
+    m = _run_blocking(stdlib_futures)
+    # The first block is seen only as a slow stretch between two clock reads;
+    # it opens the timing window, in which the second is attributed.
+    assert m.slow_iterations >= 2
+    [record] = m.slow_callbacks
+    assert record.task_name == "blocker"
+    assert record.coro_qualname == "_blocks_twice"
+    assert record.segment == (
+        f"{_place(_blocks_twice, 'between the blocks')} → "
+        f"{_place(_blocks_twice, 'after the blocks')}"
+    )
+    assert BLOCK <= record.duration < BLOCK + 1.0
+    assert record.callback_label == "step of 'blocker'"
+    messages = [r.getMessage() for r in caplog.records if r.name == "snakeloop"]
+    assert any("without a pause" in text and f"next {WINDOW:g} s" in text for text in messages)
+    assert any(
+        text.startswith("Slow step of task 'blocker' (_blocks_twice) took 0.1")
+        and record.segment in text
+        for text in messages
+    ), messages
+
+
+@TASK_KINDS
+def test_exact_mode_attributes_the_first_slow_step_too(stdlib_futures):
+    m = _run_blocking(stdlib_futures, metrics="exact")
+    assert [r.segment for r in m.slow_callbacks] == [
+        f"{_place(_blocks_twice, 'await asyncio.sleep(0.01)')} → "
+        f"{_place(_blocks_twice, 'between the blocks')}",
+        f"{_place(_blocks_twice, 'between the blocks')} → "
+        f"{_place(_blocks_twice, 'after the blocks')}",
+    ]
+    assert all(r.task_name == "blocker" for r in m.slow_callbacks)
+
+
+def test_a_slow_plain_callback_is_named_by_its_function():
+    def stall():
+        time.sleep(BLOCK)
+
+    loop = snakeloop.new_event_loop(metrics="exact")
+    try:
+        loop.call_soon(stall)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        [record] = loop.metrics().slow_callbacks
+    finally:
+        loop.close()
+    assert record.task_name is None and record.segment is None
+    assert record.callback_label.endswith("stall")
+
+
+def test_the_timing_window_closes_after_its_time():
+    loop = snakeloop.new_event_loop()
+    try:
+        recorder = loop._metrics_recorder
+        assert not recorder.timing(loop.time()) and loop._observe is None
+        recorder.on_slow_stretch(0.5)
+        now = loop.time()
+        assert recorder.timing(now) and loop._observe is not None
+        assert not recorder.window_closed(now + WINDOW - 0.01)
+        assert recorder.window_closed(now + WINDOW)
+    finally:
+        loop.close()
+
+
+# -- modes and exporters --------------------------------------------------------------------
+
+
+def test_metrics_false_keeps_nothing():
+    loop = snakeloop.new_event_loop(metrics=False)
+    try:
+        loop.run_until_complete(asyncio.sleep(0))
+        with pytest.raises(RuntimeError, match="metrics=False"):
+            loop.metrics()
+        assert loop._observe is None
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"), [("0", False), ("off", False), ("1", True), ("exact", "exact")]
+)
+def test_the_environment_chooses_the_default_mode(monkeypatch, value, mode):
+    monkeypatch.setenv("SNAKELOOP_METRICS", value)
+    loop = snakeloop.new_event_loop()
+    try:
+        if mode is False:
+            with pytest.raises(RuntimeError):
+                loop.metrics()
+        else:
+            assert loop.metrics().mode == mode
+    finally:
+        loop.close()
+
+
+def test_a_bad_mode_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="metrics must be True, False, 'sampled' or 'exact'"):
+        snakeloop.new_event_loop(metrics="fast")
+
+
+def test_a_bad_environment_value_is_refused(monkeypatch):
+    monkeypatch.setenv("SNAKELOOP_METRICS", "maybe")
+    with pytest.raises(ValueError, match="SNAKELOOP_METRICS must be one of"):
+        snakeloop.new_event_loop()
+
+
+def test_prometheus_text_is_valid_exposition_format():
+    clock = VirtualClock()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired = loop.create_future()
+        loop.call_later(0.1, fired.set_result, None)
+        clock.jump(0.05 + 0.1)
+        await fired
+
+    loop = snakeloop.new_event_loop(clock=clock)
+    try:
+        loop.run_until_complete(main())
+        text = prometheus_text(loop)
+    finally:
+        loop.close()
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert line.split()[1] in ("HELP", "TYPE")
+            continue
+        name, value = line.rsplit(" ", 1)
+        samples[name] = float(value)
+    assert samples["snakeloop_timer_lag_seconds_count"] == 1
+    assert samples['snakeloop_timer_lag_seconds_bucket{le="+Inf"}'] == 1
+    # 50 ms late: in the buckets from 64 ms up, not in those below.
+    assert samples['snakeloop_timer_lag_seconds_bucket{le="0.032"}'] == 0
+    assert samples['snakeloop_timer_lag_seconds_bucket{le="0.064"}'] == 1
+    assert samples["snakeloop_timers_fired_total"] == 1
+    assert samples["snakeloop_tasks_alive"] == 0
+    assert "# TYPE snakeloop_callbacks_total counter" in text
+
+
+def test_importing_the_exporters_imports_no_exporter_library():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, snakeloop, snakeloop.metrics, snakeloop.metrics.otel; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_opentelemetry_reads_the_loop_metrics():
+    pytest.importorskip("opentelemetry.sdk", reason="OpenTelemetry's SDK is a test extra")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from snakeloop.metrics import otel
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    try:
+
+        async def main():
+            for _ in range(10):
+                await asyncio.sleep(0.1)
+
+        loop = snakeloop.new_event_loop(clock=VirtualClock())
+        try:
+            otel.register(provider.get_meter("test"), loop)
+            loop.run_until_complete(main())
+            data = reader.get_metrics_data()
+            m = loop.metrics()
+        finally:
+            loop.close()
+    finally:
+        provider.shutdown()
+    points = {
+        metric.name: metric.data.data_points[0].value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert points["snakeloop.timers_fired"] == m.timers_fired == 10
+    assert points["snakeloop.tasks_alive"] == 0
+    assert points["snakeloop.idle"] == pytest.approx(1.0)
