@@ -364,6 +364,11 @@ def main(argv=None):
         "default set): what seeding costs when it is on",
     )
     parser.add_argument(
+        "--metrics-off",
+        action="store_true",
+        help="also run snakeloop with metrics=False: what the always-on metrics cost",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REV",
         help="also run snakeloop as it is at this git revision (before/after in one run)",
@@ -391,7 +396,9 @@ def main(argv=None):
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     if args.baseline:
         baseline.extract(args.baseline)  # its directory is inherited by the servers
-    loops = available_loops(args.stdlib_futures, bool(args.baseline), bool(args.seeded))
+    loops = available_loops(
+        args.stdlib_futures, bool(args.baseline), bool(args.seeded), args.metrics_off
+    )
     print(
         f"# Python {platform.python_version()}, snakeloop interpreted build; "
         f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "
@@ -402,6 +409,7 @@ def main(argv=None):
     header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}"
     header += f"{'snake/base':>12}" if args.baseline else ""
     header += f"{'seeded/snake':>14}" if args.seeded else ""
+    header += f"{'on/off':>10}" if args.metrics_off else ""
     header += f"{'snake rt/s':>12}"
     print(header)
     samples = {}
@@ -425,6 +433,9 @@ def main(argv=None):
         if args.seeded:
             # The other way round: above 1, the seeded loop costs more.
             row += f"{ratio(cpu['seeded'], cpu['snakeloop']):>14}"
+        if args.metrics_off:
+            # Above 1: the loop with metrics on (the default) is cheaper.
+            row += f"{ratio(cpu['no-metrics'], cpu['snakeloop']):>10}"
         row += f"{rate:>12.0f}"
         print(row, flush=True)
     print(

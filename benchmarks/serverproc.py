@@ -23,8 +23,9 @@ PLACEMENTS = {"same": (0, 0), "split": (1, 0)}
 
 def new_loop(name):
     """A fresh loop of the named kind: stdlib, uvloop, snakeloop (from src/), snake+C
-    (snakeloop with ``stdlib_futures=True``), or seeded (snakeloop with ``seed=1`` and the
-    perturbation in ``SEEDED_PERTURB_ENV``: what seeded scheduling costs when it is on)."""
+    (snakeloop with ``stdlib_futures=True``), seeded (snakeloop with ``seed=1`` and the
+    perturbation in ``SEEDED_PERTURB_ENV``: what seeded scheduling costs when it is on), or
+    no-metrics (snakeloop with ``metrics=False``: what the always-on metrics cost)."""
     if name == "stdlib":
         return asyncio.SelectorEventLoop()
     if name == "uvloop":
@@ -40,15 +41,19 @@ def new_loop(name):
 
     if name == "seeded":
         return snakeloop.new_event_loop(seed=1, perturb=os.environ.get(SEEDED_PERTURB_ENV))
+    if name == "no-metrics":
+        return snakeloop.new_event_loop(metrics=False)
     return snakeloop.new_event_loop(stdlib_futures=name == "snake+C")
 
 
-def available_loops(stdlib_futures=False, baseline=False, seeded=False):
-    """stdlib and snakeloop (and snake+C, seeded if asked), snakeloop at the --baseline
-    revision, uvloop when it imports, and "raw"."""
+def available_loops(stdlib_futures=False, baseline=False, seeded=False, metrics_off=False):
+    """stdlib and snakeloop (and snake+C, seeded, no-metrics if asked), snakeloop at the
+    --baseline revision, uvloop when it imports, and "raw"."""
     loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
     if seeded:
         loops.append("seeded")
+    if metrics_off:
+        loops.append("no-metrics")
     if baseline:
         loops.append("baseline")
     try:

@@ -482,3 +482,40 @@ def test_opentelemetry_reads_the_loop_metrics():
     assert points["snakeloop.timers_fired"] == m.timers_fired == 10
     assert points["snakeloop.tasks_alive"] == 0
     assert points["snakeloop.idle"] == pytest.approx(1.0)
+
+
+def test_sampled_mode_reports_where_the_loop_thread_is_held():
+    async def held():
+        await asyncio.sleep(0)
+        time.sleep(0.3)  # held here
+        await asyncio.sleep(0)
+
+    async def main():
+        await asyncio.create_task(held(), name="holder")
+
+    loop = snakeloop.new_event_loop(metrics="sampled")
+    try:
+        loop.run_until_complete(main())
+        sampled = [
+            r for r in loop.metrics().slow_callbacks if r.callback_label.startswith("sampled")
+        ]
+        assert not [t for t in threading.enumerate() if t.name == "snakeloop-metrics-sampler"]
+    finally:
+        loop.close()
+    [record] = sampled
+    assert record.segment == f"? → {_place(held, 'held here')}"
+    assert record.task_name == "holder"
+    assert record.coro_qualname.endswith("held")
+    assert 0.1 <= record.duration <= 0.3 + 1.0
+
+
+def test_sampled_mode_does_not_report_a_loop_waiting_in_a_poll():
+    async def main():
+        await asyncio.sleep(0.3)
+
+    loop = snakeloop.new_event_loop(metrics="sampled")
+    try:
+        loop.run_until_complete(main())
+        assert loop.metrics().slow_callbacks == ()
+    finally:
+        loop.close()

@@ -405,10 +405,15 @@ class Loop(
     def run_forever(self) -> None:
         """Run iterations until ``stop()`` is called."""
         counters = self._counters
+        sampler = None
         try:
             self._run_forever_setup()
             if counters is not None:
                 counters.run_started = self._now()
+                if self._metrics_recorder.mode == "sampled":
+                    from .metrics.sampler import Sampler
+
+                    sampler = Sampler(self, self._metrics_recorder)
             if "_run_once" in self.__dict__ or type(self)._run_once is not CoreLoop._run_once:
                 # Someone wraps _run_once (to count or time iterations, as
                 # some monitoring tools do): call it once per iteration.
@@ -420,6 +425,8 @@ class Loop(
             else:
                 self._run_iterations(False)
         finally:
+            if sampler is not None:
+                sampler.stop()
             if counters is not None and counters.run_started is not None:
                 counters.uptime += self._now() - counters.run_started
                 counters.run_started = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 from typing import Any
 
@@ -31,6 +32,12 @@ from . import SlowCallback
 __all__ = ["RING", "WINDOW", "WINDOW_EVERY", "MetricsRecorder"]
 
 logger = logging.getLogger("snakeloop")
+
+# Frames under these directories are not where user code was held.
+_LIBRARY_DIRS = (
+    os.path.dirname(logging.__file__).rsplit(os.sep, 1)[0] + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+)
 
 RING = 32
 WINDOW = 10.0
@@ -90,6 +97,43 @@ class MetricsRecorder:
 
         task = task_stepped_by(callback_of(entry))
         return task, (None if task is None else where_suspended(task))
+
+    def record_sampled(self, frame: Any, duration: float) -> SlowCallback:
+        """The sampler thread saw the loop thread held at ``frame`` for ``duration``."""
+        import asyncio
+
+        from .._insight.steps import coro_qualname, place_text
+
+        loop = self._loop
+        task = asyncio.current_task(loop)
+        user = frame
+        while user is not None and user.f_code.co_filename.startswith(_LIBRARY_DIRS):
+            user = user.f_back
+        where = frame if user is None else user
+        place = (where.f_code.co_filename, where.f_lineno or where.f_code.co_firstlineno)
+        counters = loop._counters
+        record = SlowCallback(
+            duration=duration,
+            task_name=None if task is None else task.get_name(),
+            coro_qualname=None if task is None else coro_qualname(task),
+            segment=f"? → {place_text(place)}",
+            callback_label=f"sampled: held in {where.f_code.co_qualname}",
+            iteration=counters.iterations,
+            wall_time=time.time(),
+        )
+        self._ring.append(record)
+        logger.warning(
+            "The loop's thread has been held for %.3f seconds at %s (in %s)%s",
+            duration,
+            place_text(place),
+            where.f_code.co_qualname,
+            "" if task is None else f", in a step of task {task.get_name()!r}",
+        )
+        try:
+            loop.call_soon_threadsafe(loop._emit_slow_callback, record)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+        return record
 
     def record(self, entry: Any, duration: float, task: Any, start: Any) -> SlowCallback:
         from .._insight.steps import (

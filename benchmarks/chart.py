@@ -1,0 +1,131 @@
+"""Draw the benchmark ratios as a PNG: ``python3 -m benchmarks.chart``.
+
+    python3 -m benchmarks --json micro.json
+    python3 -m benchmarks.net --json net.json
+    python3 -m benchmarks.chart --micro micro.json --net net.json -o docs/benchmarks.png
+
+Every bar is a ratio to the stdlib loop measured in the same run (above 1:
+faster than the stdlib loop).  Scheduling rows compare rates (median of the
+rounds); network rows compare the server's CPU time per request, inverted so
+that above 1 is better there too.  matplotlib is needed for this command only
+(``pip install matplotlib``); nothing else in snakeloop or its benchmarks
+imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+# Bars drawn, in this order, when the run measured them.
+LOOPS = ("snakeloop", "uvloop", "baseline", "snake+C")
+COLOURS = {
+    "snakeloop": "#2e7d32",
+    "uvloop": "#1565c0",
+    "baseline": "#9e9e9e",
+    "snake+C": "#81c784",
+}
+
+
+def micro_ratios(document: dict) -> dict[str, dict[str, float]]:
+    """workload -> loop -> median rate / stdlib's median rate."""
+    ratios: dict[str, dict[str, float]] = {}
+    for workload, per_loop in document["rates"].items():
+        if not isinstance(per_loop.get("stdlib"), list):
+            continue
+        base = statistics.median(per_loop["stdlib"])
+        ratios[workload] = {
+            loop: statistics.median(rates) / base
+            for loop, rates in per_loop.items()
+            if loop != "stdlib" and isinstance(rates, list)
+        }
+    return ratios
+
+
+def net_ratios(document: dict) -> dict[str, dict[str, float]]:
+    """workload -> server -> stdlib's CPU per request / the server's (above 1: cheaper)."""
+    ratios: dict[str, dict[str, float]] = {}
+    for workload, per_server in document.items():
+        cpu = {
+            name: statistics.median(run["cpu_us"] for run in runs)
+            for name, runs in per_server.items()
+            if runs
+        }
+        if "stdlib" not in cpu:
+            continue
+        ratios[workload] = {
+            name: cpu["stdlib"] / value for name, value in cpu.items() if name in LOOPS and value
+        }
+    return ratios
+
+
+def draw(panels: list[tuple[str, dict[str, dict[str, float]]]], title: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(10, 3.2 * len(panels)), squeeze=False, constrained_layout=True
+    )
+    for axis, (name, ratios) in zip(axes[:, 0], panels, strict=True):
+        rows = list(ratios)
+        loops = [loop for loop in LOOPS if any(loop in ratios[row] for row in rows)]
+        width = 0.8 / max(1, len(loops))
+        for i, loop in enumerate(loops):
+            xs = [r + (i - (len(loops) - 1) / 2) * width for r in range(len(rows))]
+            heights = [ratios[row].get(loop, 0.0) for row in rows]
+            bars = axis.bar(xs, heights, width, label=loop, color=COLOURS[loop])
+            axis.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+        axis.axhline(1.0, color="black", linewidth=0.8)
+        top = max((v for row in rows for v in ratios[row].values()), default=1.0)
+        axis.set_ylim(0, max(1.2, top * 1.15))
+        axis.set_xticks(range(len(rows)), rows, fontsize=8)
+        axis.set_ylabel("× stdlib loop")
+        axis.set_title(name, fontsize=10)
+        axis.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--micro", metavar="FILE", help="JSON from python3 -m benchmarks --json")
+    parser.add_argument("--net", metavar="FILE", help="JSON from python3 -m benchmarks.net --json")
+    parser.add_argument("-o", "--output", default="benchmarks.png", help="the PNG to write")
+    parser.add_argument("--title", help="the chart's title (default: the Python that ran it)")
+    args = parser.parse_args(argv)
+    if not args.micro and not args.net:
+        parser.error("give --micro FILE, --net FILE or both")
+    panels = []
+    if args.micro:
+        panels.append(
+            ("Scheduling: rate, × stdlib (higher is faster)", micro_ratios(_load(args.micro)))
+        )
+    if args.net:
+        panels.append(
+            (
+                "Echo servers: stdlib's CPU per request ÷ the loop's (higher is cheaper)",
+                net_ratios(_load(args.net)),
+            )
+        )
+    title = args.title or (
+        f"snakeloop interpreted build, CPython {platform.python_version()}, ratios to the "
+        "stdlib loop measured in the same run"
+    )
+    draw(panels, title, Path(args.output))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _load(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
