@@ -300,9 +300,18 @@ def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futur
     caplog.set_level(logging.WARNING, logger="snakeloop")
     m = _run_blocking(stdlib_futures)
     # The first block is seen only as a slow stretch between two clock reads;
-    # it opens the timing window, in which the second is attributed.
+    # it opens the timing window, in which the second is attributed.  (On a
+    # busy machine a hiccup may open the window earlier: then the first block
+    # is attributed too.)
     assert m.slow_iterations >= 2
-    [record] = m.slow_callbacks
+    *earlier, record = m.slow_callbacks
+    assert [r.segment for r in earlier] in (
+        [],
+        [
+            f"{_place(_blocks_twice, 'await asyncio.sleep(0.01)')} → "
+            f"{_place(_blocks_twice, 'between the blocks')}"
+        ],
+    )
     assert record.task_name == "blocker"
     assert record.coro_qualname == "_blocks_twice"
     assert record.segment == (
@@ -502,8 +511,7 @@ def test_sampled_mode_reports_where_the_loop_thread_is_held():
         assert not [t for t in threading.enumerate() if t.name == "snakeloop-metrics-sampler"]
     finally:
         loop.close()
-    [record] = sampled
-    assert record.segment == f"? → {_place(held, 'held here')}"
+    [record] = [r for r in sampled if r.segment == f"? → {_place(held, 'held here')}"]
     assert record.task_name == "holder"
     assert record.coro_qualname.endswith("held")
     assert 0.1 <= record.duration <= 0.3 + 1.0
