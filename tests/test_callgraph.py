@@ -553,3 +553,49 @@ def test_the_current_task_passed_as_future_shows_its_running_stack(loop):
     stack = [at(explicit_helper, "box.text =", tag=None), at(explicit_main, "explicit_helper(")]
     expected = node(box.tasks["main"], stack)
     assert box.text == text(expected)
+
+
+async def finished_child():
+    pass
+
+
+async def finished_main(box):
+    task = asyncio.create_task(finished_child(), name="finished")
+    await task
+    box.tasks["finished"] = task
+    box.text = snakeloop.format_call_graph(task)
+
+
+def test_a_finished_task_has_no_stack(loop):
+    box = Box()
+    loop.run_until_complete(finished_main(box))
+    assert box.text == text(node(box.tasks["finished"], []))
+
+
+def sync_gen_ids(box):
+    for i in range(3):
+        if i == 1:
+            box.text = snakeloop.format_call_graph()
+            return
+        yield i
+
+
+def sync_gen_collect(box):
+    return list(sync_gen_ids(box))
+
+
+async def sync_gen_main(box):
+    box.me("main")
+    await asyncio.sleep(0)
+    sync_gen_collect(box)
+
+
+def test_a_sync_generator_does_not_end_the_stack(loop):
+    box = Box()
+    loop.run_until_complete(sync_gen_main(box))
+    stack = [
+        at(sync_gen_ids, "box.text =", tag="generator"),
+        at(sync_gen_collect, "return list(", tag=None),
+        at(sync_gen_main, "sync_gen_collect(box)"),
+    ]
+    assert box.text == text(node(box.tasks["main"], stack))

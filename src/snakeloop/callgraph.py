@@ -16,14 +16,17 @@ Facts this relies on:
 - A frame belongs to a coroutine, async generator or generator exactly when its
   code has the matching ``co_flags`` bit; 3.14 asks ``frame.f_generator``,
   which 3.11 to 3.13 lack.  The innermost frames of the current task are those
-  from the caller up to the first coroutine frame whose caller is not a
-  generator frame: the task's step method called it.
+  from the caller up to the first coroutine (or async generator) frame whose
+  caller is not a generator frame: the task's step method called it.
 - A suspended task's stack is its coroutine and what it awaits, following
   ``cr_await`` through native coroutines only: a future's ``__await__``
   generator or ``asyncio.sleep(0)``'s generator ends it, as in 3.14.
 
-Two deliberate departures from 3.14: ``print_call_graph`` leaves its own frame
-out of the stack (3.14.0 shows it, python/cpython#156327), and a cycle of tasks
+Where 3.14.0 had bugs that later 3.14 releases fixed, this follows the fix:
+``print_call_graph`` leaves its own frame out of the stack
+(python/cpython#156327), a finished task has an empty stack instead of raising
+AttributeError (#156408), and a sync generator on the current task's stack
+does not end it (#156988).  One departure of its own: a cycle of tasks
 awaiting each other (a deadlock) is cut where it closes instead of recursing
 without end.
 """
@@ -84,6 +87,10 @@ _GENERATOR_TAGS = (
 )
 
 
+# A sync generator's frame is no task boundary: the walk goes on past it.
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
 def _generator_tag(frame: types.FrameType) -> str | None:
     """ "async", "async generator" or "generator" for a frame of such code, else None."""
     flags = frame.f_code.co_flags
@@ -122,7 +129,8 @@ def _graph_of_suspended(future: Any, limit: int | None, path: set[int]) -> Futur
     outermost_first: list[FrameCallGraphEntry] = []
     while coro is not None:
         if hasattr(coro, "cr_await"):
-            outermost_first.append(FrameCallGraphEntry(coro.cr_frame))
+            if coro.cr_frame is not None:  # None once the coroutine has finished
+                outermost_first.append(FrameCallGraphEntry(coro.cr_frame))
             coro = coro.cr_await
         elif hasattr(coro, "ag_await"):
             outermost_first.append(FrameCallGraphEntry(coro.ag_frame))
@@ -140,8 +148,8 @@ def _running_stack(frame: types.FrameType | None) -> list[FrameCallGraphEntry]:
     while frame is not None:
         stack.append(FrameCallGraphEntry(frame))
         caller = frame.f_back
-        is_coroutine = _generator_tag(frame) is not None
-        if is_coroutine and caller is not None and _generator_tag(caller) is None:
+        is_async = frame.f_code.co_flags & _ASYNC_FLAGS
+        if is_async and caller is not None and _generator_tag(caller) is None:
             break  # the task's step called this coroutine
         frame = caller
     return stack
