@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle, TimerHandle
+from .callgraph import capture_call_graph, format_call_graph, print_call_graph
 from .clock import Clock, MonotonicClock
 from .exceptions import DeadlockError, StallError, VirtualTimeoutError
 from .loop import Loop
@@ -29,9 +30,12 @@ __all__ = [
     "TimerHandle",
     "VirtualClock",
     "VirtualTimeoutError",
+    "capture_call_graph",
+    "format_call_graph",
     "install",
     "loop_factory",
     "new_event_loop",
+    "print_call_graph",
     "run",
 ]
 

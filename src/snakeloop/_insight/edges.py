@@ -134,3 +134,18 @@ def awaiters_of(fut: Any) -> tuple[list[tuple[Any, str | None]], list[str]]:
 
     visit(fut, [])
     return found, outside
+
+
+def awaiting_futures(fut: Any) -> list[Any]:
+    """Each future (in practice a task) waiting for ``fut``, once: those
+    :func:`awaiters_of` derives, then those Python 3.14+ recorded in
+    ``_asyncio_awaited_by``.  The combinators in between do not count, as in
+    3.14's call graph: a task awaiting ``gather(fut, ...)`` awaits ``fut``."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    recorded = getattr(fut, "_asyncio_awaited_by", None) or ()
+    for waiter in [task for task, _via in awaiters_of(fut)[0]] + list(recorded):
+        if id(waiter) not in seen:
+            seen.add(id(waiter))
+            found.append(waiter)
+    return found
