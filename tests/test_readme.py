@@ -66,3 +66,20 @@ def test_the_race_example_fails_under_some_seed_and_replays(tmp_path):
     replayed = run(env={"SNAKELOOP_SEED": str(seed)})
     assert replayed.returncode == 1
     assert f"fingerprint={fingerprint.group(1)};" in replayed.stderr
+
+
+def test_the_metrics_example_names_the_slow_task_and_lines(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "app.py").write_text(readme_examples()["app.py"])
+    done = subprocess.run(
+        [sys.executable, "app.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"\d+ iterations, \d+ callbacks, utilization \d+%", lines[0]), lines
+    assert re.fullmatch(r"timers ran up to [12]\d\d ms late", lines[1]), lines
+    # The second blocking call, in the timing window the first one opened.
+    assert re.fullmatch(r"0\.2\d\d s  req-3 \(handler\)  app\.py:8 → app\.py:11", lines[-1]), lines
+    assert "Slow step of task 'req-3' (handler) took 0.2" in done.stderr
