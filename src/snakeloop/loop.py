@@ -328,11 +328,10 @@ class Loop(
                 self._write_chunking = WriteChunking(schedule, perturbed)
                 self.__dict__["sock_sendall"] = self._sock_sendall_chunked
         self.set_clock(MonotonicClock() if clock is None else clock)
+        self._counters.timed = bool(metrics_on)
         if metrics_on:
-            from ._core.counters import LoopCounters
             from .metrics.recorder import MetricsRecorder
 
-            self._counters = LoopCounters()
             self._metrics_recorder = MetricsRecorder(self, metrics_on)
             self._on_slow_stretch = self._metrics_recorder.on_slow_stretch
         self._debug = debug_from_environment()
@@ -406,14 +405,15 @@ class Loop(
         """Run iterations until ``stop()`` is called."""
         counters = self._counters
         sampler = None
+        started = None
         try:
             self._run_forever_setup()
-            if counters is not None:
-                counters.run_started = self._now()
-                if self._metrics_recorder.mode == "sampled":
-                    from .metrics.sampler import Sampler
+            counters.run_started = started = self._now()
+            recorder = self._metrics_recorder
+            if recorder is not None and recorder.mode == "sampled":
+                from .metrics.sampler import Sampler
 
-                    sampler = Sampler(self, self._metrics_recorder)
+                sampler = Sampler(self, recorder)
             if "_run_once" in self.__dict__ or type(self)._run_once is not CoreLoop._run_once:
                 # Someone wraps _run_once (to count or time iterations, as
                 # some monitoring tools do): call it once per iteration.
@@ -427,8 +427,8 @@ class Loop(
         finally:
             if sampler is not None:
                 sampler.stop()
-            if counters is not None and counters.run_started is not None:
-                counters.uptime += self._now() - counters.run_started
+            if started is not None:
+                counters.uptime += self._now() - started
                 counters.run_started = None
             self._run_forever_cleanup()
 

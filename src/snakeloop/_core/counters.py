@@ -17,10 +17,14 @@ block, which is about to sleep.
 
 from __future__ import annotations
 
-__all__ = ["FLUSH_EVERY", "LAG_BUCKETS", "LoopCounters"]
+__all__ = ["FLUSH_AFTER", "FLUSH_EVERY", "LAG_BUCKETS", "LoopCounters"]
 
 # Iterations between two flushes of the run loop's local counts.
 FLUSH_EVERY = 256
+
+# Before a poll that may wait, the counts are flushed when the last flush is
+# older than this many seconds (of the loop's clock).
+FLUSH_AFTER = 0.05
 
 # Timer lag histogram: bucket i < LAG_BUCKETS - 1 holds lags under 2**i ms
 # (and at least 2**(i-1) ms for i > 0); the last one holds 1024 ms and more.
@@ -49,6 +53,7 @@ class LoopCounters:
         "run_started",
         "wait_started",
         "wait_ended",
+        "timed",
     )
 
     def __init__(self):
@@ -70,11 +75,13 @@ class LoopCounters:
         # (None while the loop is not running).
         self.uptime = 0.0
         self.run_started = None
-        # The last poll that could block, whose idle time is still in the run
-        # loop's locals: when it began (None if there is none) and when it
-        # ended (before it began: it has not ended yet).
+        # When the last poll that may wait began and ended, while its idle
+        # time is still in the run loop's locals (None once it is published).
         self.wait_started = None
         self.wait_ended = 0.0
+        # Whether the run loop times its polls that have no timer (two clock
+        # reads it would not make otherwise): off with metrics=False.
+        self.timed = True
 
     def add(
         self,
@@ -82,6 +89,7 @@ class LoopCounters:
         polls: int,
         ready_total: int,
         io_callbacks: int,
+        lone_io: int,
         io_events: int,
         io_backlog: int,
         idle: float,
@@ -90,7 +98,9 @@ class LoopCounters:
     ) -> None:
         """Fold in one stretch of the run loop's local counts.
 
-        ``lags`` lists how late each iteration's earliest due timer ran
+        ``lone_io`` counts iterations that were one I/O event and its one
+        callback (the run loop's shortcut), counted as both.  ``lags`` lists
+        how late each iteration's earliest due timer ran
         (loop seconds); it is kept as a list there because appending costs
         the iteration less than updating a histogram.
         """
@@ -99,10 +109,11 @@ class LoopCounters:
         # An iteration that did not poll skipped it (see steps 2-3).
         self.polls_skipped += iterations - polls
         self.ready_total += ready_total
-        self.callbacks += ready_total + io_callbacks
-        self.io_events += io_events
+        self.callbacks += ready_total + io_callbacks + lone_io
+        self.io_events += io_events + lone_io
         self.io_backlog += io_backlog
         self.idle += idle
+        # The poll whose idle time this holds, if it was the last, is in.
         self.wait_started = None
         self.timers_fired += timers_fired
         if lags:
@@ -120,7 +131,13 @@ class LoopCounters:
             self.lag_count += len(lags)
 
     def idle_until(self, now: float) -> float:
-        """Idle time up to ``now``, with that of a poll not flushed yet."""
+        """Idle time up to ``now``, with that of the last poll that may wait.
+
+        That poll's idle time stays in the run loop's locals until the next
+        flush; ``wait_started`` and ``wait_ended`` (before ``wait_started``
+        while it waits) say what it was, so a reader during a long wait (a
+        ``top`` of a quiet server) or just after one sees it.
+        """
         started = self.wait_started
         if started is None:
             return self.idle

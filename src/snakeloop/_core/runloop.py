@@ -74,7 +74,9 @@ import threading
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
+from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
+from .counters import LoopCounters
 from .handles import Handle, TimerHandle
 
 if TYPE_CHECKING:
@@ -216,9 +218,10 @@ class CoreLoop:
         # Only that branch reads it, after the fd tables: a server waiting
         # for its next request pays one truth test of its reader table.
         self._block_forever = None
-        # The metrics' totals (_core.counters.LoopCounters), or None when the
-        # loop keeps none; and who is told of a slow stretch of callbacks.
-        self._counters = None
+        # The metrics' totals (kept even when nobody reads them: the counting
+        # is in the iteration's locals either way), and who is told of a slow
+        # stretch of callbacks.
+        self._counters = LoopCounters()
         self._on_slow_stretch = None
         # None, or what runs step 5 callback by callback (debug mode,
         # instruments, a metrics timing window: snakeloop.observing).
@@ -454,10 +457,11 @@ class CoreLoop:
         the shapes below were chosen by measuring (see docs/design.md).
 
         The metrics (``_core.counters``) are counted in this frame's locals
-        and folded into ``self._counters`` by ``_flush_counters``: every
-        ``FLUSH_EVERY`` iterations, before a poll that may block, and on the
-        way out.  Durations come from the clock reads the iteration makes
-        anyway, plus the two around a poll that may block.  A stretch between
+        and folded into ``self._counters``: every ``FLUSH_EVERY``
+        iterations, before a poll that may block when the last flush is
+        ``FLUSH_AFTER`` seconds old, and on the way out.  Durations come
+        from the clock reads the iteration makes anyway, plus the two around
+        a poll that may block.  A stretch between
         two reads (idle time left out) longer than ``slow_callback_duration``
         goes to ``_slow_stretch``, which has it attributed.
         """
@@ -470,13 +474,17 @@ class CoreLoop:
         now = self._now
         # Local counts since the last flush (see LoopCounters.add).
         countdown = limit = 1 if once else _FLUSH_EVERY
-        polls = ran = ran_io = nevents = backlog = fired = 0
+        polls = ran = ran_io = lone = nevents = backlog = fired = 0
         idle = 0.0
         lags = []
         slow = self.slow_callback_duration
+        flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
+        counters = self._counters
+        # Whether a poll with no timer is timed (metrics=False: not).
+        timed = counters.timed
         # The last clock read: the stretch since then is timed whole, never
         # callback by callback.
-        last_read = now()
+        last_read = flushed_at = now()
         try:
             while True:
                 scheduled = self._scheduled
@@ -502,21 +510,30 @@ class CoreLoop:
                     else:
                         events = None
                 else:
+                    # A poll that may wait: it is timed, and the stretch
+                    # before it ends here.  A stretch longer than
+                    # slow_callback_duration is always longer than
+                    # flush_gap (at most that), so both are checked
+                    # behind one test.
                     polls += 1
-                    t = now()
-                    timeout = scheduled[0] - t if scheduled else None
-                    if timeout is None or timeout > 0:
-                        # This poll may sleep.  The stretch before it is
-                        # checked now, since the read after it starts anew,
-                        # and the totals are brought up to date for whoever
-                        # reads them while the loop waits.
+                    if timed or scheduled:
+                        t = now()
+                    else:
+                        # metrics=False: an untimed wait, no clock read.
+                        t = last_read
+                    if t - flushed_at > flush_gap:
                         if t - last_read > slow:
                             self._slow_stretch(t - last_read)
-                        self._flush_counters(
+                        # The totals are published here at most every
+                        # FLUSH_AFTER seconds: every time would cost a server
+                        # answering one request per iteration several percent.
+                        flushed_at = t
+                        counters.add(
                             limit - countdown,
                             polls,
                             ran,
                             ran_io,
+                            lone,
                             nevents,
                             backlog,
                             idle,
@@ -524,30 +541,36 @@ class CoreLoop:
                             lags,
                         )
                         limit = countdown
-                        polls = ran = ran_io = nevents = backlog = fired = 0
+                        polls = ran = ran_io = lone = nevents = backlog = fired = 0
                         idle = 0.0
                         lags = []
                         slow = self.slow_callback_duration
-                        counters = self._counters
-                        if counters is not None:
+                        flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
+                    if scheduled:
+                        timeout = scheduled[0] - t
+                        if timeout > 0:
                             counters.wait_started = t
-                        if timeout is not None:
                             if timeout > MAXIMUM_POLL_TIMEOUT:
                                 timeout = MAXIMUM_POLL_TIMEOUT
                             events = self._poll(timeout)
-                        elif readers or writers or self._block_forever is None:
+                            counters.wait_ended = last_read = now()
+                            idle += last_read - t
+                        else:
+                            events = self._poll(0)
+                    elif timed:
+                        counters.wait_started = t
+                        if readers or writers or self._block_forever is None:
                             events = self._poll(None)
                         else:
                             # Nothing watched and no timer: the loop's deadlock check.
                             events = self._block_forever()
-                        last_read = now()
+                        counters.wait_ended = last_read = now()
                         idle += last_read - t
-                        if counters is not None:
-                            counters.wait_ended = last_read
+                    elif readers or writers or self._block_forever is None:
+                        events = self._poll(None)
                     else:
-                        events = self._poll(0)
+                        events = self._block_forever()
                 if events:
-                    nevents += len(events)
                     if (
                         len(events) == 1
                         and not ready
@@ -572,7 +595,8 @@ class CoreLoop:
                         if mask == _READABLE:
                             handle = readers.get(fd)
                             if handle is not None and not handle._cancelled:
-                                ran_io += 1
+                                # One event, one I/O callback run.
+                                lone += 1
                                 try:
                                     if handle._args:
                                         handle._context.run(handle._callback, *handle._args)
@@ -587,11 +611,12 @@ class CoreLoop:
                                 if not countdown:
                                     if once or self._stopping:
                                         return
-                                    self._flush_counters(
+                                    counters.add(
                                         limit,
                                         polls,
                                         ran,
                                         ran_io,
+                                        lone,
                                         nevents,
                                         backlog,
                                         idle,
@@ -599,13 +624,14 @@ class CoreLoop:
                                         lags,
                                     )
                                     countdown = limit = _FLUSH_EVERY
-                                    polls = ran = ran_io = nevents = backlog = 0
+                                    polls = ran = ran_io = lone = nevents = backlog = 0
                                     fired = 0
                                     idle = 0.0
                                     lags = []
                                 elif self._stopping:
                                     return
                                 continue
+                    nevents += len(events)
                     # With nothing queued before the poll (a server's usual
                     # iteration), this iteration's batch starts with the I/O
                     # callbacks: they go into a list and run from it, which
@@ -762,34 +788,27 @@ class CoreLoop:
                 if not countdown:
                     if once or self._stopping:
                         return
-                    self._flush_counters(
-                        limit, polls, ran, ran_io, nevents, backlog, idle, fired, lags
+                    counters.add(
+                        limit, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
                     )
                     countdown = limit = _FLUSH_EVERY
-                    polls = ran = ran_io = nevents = backlog = fired = 0
+                    polls = ran = ran_io = lone = nevents = backlog = fired = 0
                     idle = 0.0
                     lags = []
                 elif self._stopping:
                     return
         finally:
             # Every way out (stop, run_once, an exception) keeps the counts.
-            self._flush_counters(
-                limit - countdown, polls, ran, ran_io, nevents, backlog, idle, fired, lags
+            counters.add(
+                limit - countdown, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
             )
-
-    def _flush_counters(self, iterations, polls, ran, ran_io, nevents, backlog, idle, fired, lags):
-        counters = self._counters
-        if counters is not None:
-            counters.add(iterations, polls, ran, ran_io, nevents, backlog, idle, fired, lags)
 
     def _slow_stretch(self, duration):
         """The callbacks between two clock reads ran ``duration`` seconds."""
-        counters = self._counters
-        if counters is not None:
-            counters.slow_iterations += 1
-            on_slow = self._on_slow_stretch
-            if on_slow is not None:
-                on_slow(duration)
+        self._counters.slow_iterations += 1
+        on_slow = self._on_slow_stretch
+        if on_slow is not None:
+            on_slow(duration)
 
     def _drop_cancelled_timers_at_top(self):
         """Pop cancelled timers while they are the earliest ones."""

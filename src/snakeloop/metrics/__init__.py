@@ -186,12 +186,12 @@ def utilization(prev: LoopMetrics, cur: LoopMetrics) -> float:
 def snapshot(loop: Any, *, reset_peaks: bool = False) -> LoopMetrics:
     """``loop.metrics()``: a snapshot of a snakeloop loop's metrics."""
     counters = loop._counters
-    if counters is None:
+    recorder = loop._metrics_recorder
+    if recorder is None:
         raise RuntimeError(
             "this loop keeps no metrics: it was made with metrics=False (or "
             "SNAKELOOP_METRICS=0); make it with metrics=True to read loop.metrics()"
         )
-    recorder = loop._metrics_recorder
     now = loop.time()
     uptime = counters.uptime
     started = counters.run_started

@@ -111,14 +111,13 @@ class MetricsRecorder:
             user = user.f_back
         where = frame if user is None else user
         place = (where.f_code.co_filename, where.f_lineno or where.f_code.co_firstlineno)
-        counters = loop._counters
         record = SlowCallback(
             duration=duration,
             task_name=None if task is None else task.get_name(),
             coro_qualname=None if task is None else coro_qualname(task),
             segment=f"? → {place_text(place)}",
             callback_label=f"sampled: held in {where.f_code.co_qualname}",
-            iteration=counters.iterations,
+            iteration=loop._counters.iterations,
             wall_time=time.time(),
         )
         self._ring.append(record)
@@ -159,14 +158,13 @@ class MetricsRecorder:
             end = where_suspended(task)
             segment = f"{place_text(start)} → {place_text(end)}"
             label = f"step of {name!r}" if name else "task step"
-        counters = loop._counters
         record = SlowCallback(
             duration=duration,
             task_name=name,
             coro_qualname=qualname,
             segment=segment,
             callback_label=label,
-            iteration=0 if counters is None else counters.iterations,
+            iteration=loop._counters.iterations,
             wall_time=time.time(),
         )
         self._ring.append(record)

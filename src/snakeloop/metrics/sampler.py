@@ -5,9 +5,9 @@ that holds the GIL in C for a long time, or a stall between two reads of a
 busy loop outside a timing window, is seen only afterwards.  The sampler
 looks at the loop thread's innermost frame every ``INTERVAL`` seconds with
 ``sys._current_frames()`` and reports a stall when the same frame stays at
-the same instruction for ``slow_callback_duration`` or longer, while the
-loop is not waiting in a poll (``LoopCounters.wait_started``/``wait_ended``
-say when it is).
+the same instruction for ``slow_callback_duration`` or longer, unless
+that frame is the run loop's own or a ``poll`` method: the loop waiting
+for I/O (its backends poll in C, called from ``_run_iterations``).
 
 Facts it relies on: ``sys._current_frames()`` is safe to call from any
 thread and returns each thread's innermost frame; a thread that holds the
@@ -18,17 +18,18 @@ loop runs: ``run_forever`` starts it and stops and joins it on the way out.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import Any
 
+from .._core.runloop import CoreLoop
+
 __all__ = ["INTERVAL", "Sampler"]
 
 INTERVAL = 0.02
 
-_SNAKELOOP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_RUN_ITERATIONS = CoreLoop._run_iterations.__code__
 
 
 class Sampler:
@@ -48,11 +49,6 @@ class Sampler:
         self._stopped.set()
         self._thread.join()
 
-    def _waiting(self) -> bool:
-        counters = self._loop._counters
-        started = counters.wait_started
-        return started is not None and counters.wait_ended < started
-
     def _run(self) -> None:
         held: Any = None  # (frame, instruction) seen last
         since = 0.0
@@ -60,7 +56,7 @@ class Sampler:
         while not self._stopped.wait(INTERVAL):
             frame = sys._current_frames().get(self._thread_id)
             now = time.monotonic()
-            if frame is None or self._waiting():
+            if frame is None or frame.f_code is _RUN_ITERATIONS or frame.f_code.co_name == "poll":
                 held = None
                 continue
             place = (frame, frame.f_lasti)
