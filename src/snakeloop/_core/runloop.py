@@ -516,11 +516,8 @@ class CoreLoop:
                     # flush_gap (at most that), so both are checked
                     # behind one test.
                     polls += 1
-                    if timed or scheduled:
-                        t = now()
-                    else:
-                        # metrics=False: an untimed wait, no clock read.
-                        t = last_read
+                    # metrics=False: a wait without a timer is not timed.
+                    t = now() if timed or scheduled else last_read
                     if t - flushed_at > flush_gap:
                         if t - last_read > slow:
                             self._slow_stretch(t - last_read)
