@@ -130,7 +130,7 @@ def pstree_lines(snapshot: dict[str, Any]) -> list[list[str]]:
             targets = awaits.setdefault(edge["task"], [])
             if task["id"] not in targets:
                 targets.append(task["id"])
-    cycles = _cycles(list(names), awaits)
+    cycles = _cycles(list(awaits), awaits)
     if cycles:
         raise CycleError(cycles, names)
 
