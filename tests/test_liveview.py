@@ -467,6 +467,10 @@ def test_a_process_without_insight_is_not_signalled_and_the_fix_is_named(tmp_pat
 def test_a_process_that_does_not_answer_times_out_with_the_fix_named(tmp_path):
     source = program(mode="import signal; signal.signal(signal.SIGUSR1, lambda *args: None)")
     with child(tmp_path, source=source, flags=()) as deaf:
+        # An old snapshot of the same PID is no answer.
+        stale = Path(deaf.env["XDG_RUNTIME_DIR"]) / "snakeloop" / f"{deaf.pid}.json"
+        stale.parent.mkdir(mode=0o700)
+        stale.write_text(json.dumps({"pid": deaf.pid, "loops": []}))
         started = time.monotonic()
         done = deaf.snakeloop("top", "--once", "--timeout", "0.5", str(deaf.pid))
         elapsed = time.monotonic() - started
