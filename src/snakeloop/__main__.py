@@ -16,6 +16,10 @@ loops is replayed on each of them against the one file.
 ``--virtual-time`` gives every loop the program makes a ``VirtualClock``:
 its sleeps and timeouts take no real time, and a deadlock raises
 ``DeadlockError`` with the report of what each task waits on.
+``--insight`` calls ``snakeloop.insight.enable()`` first: SIGUSR1 then
+makes the program write a snapshot of its loops, which ``python -m
+snakeloop ps|pstree|top PID`` ask for and show.  These subcommands win over
+scripts of the same name (``./ps`` runs a script called ps).
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ from .runner import EventLoopPolicy, install
 USAGE = (
     "usage: python -m snakeloop [options] SCRIPT [ARGS...]\n"
     "       python -m snakeloop [options] -m MODULE [ARGS...]\n"
+    "       python -m snakeloop ps|pstree|top PID [--json]\n"
     "Runs an asyncio program with snakeloop as its event loop.\n"
+    "  --insight       SIGUSR1 makes the program write a snapshot of its loops, for\n"
+    "                  python -m snakeloop ps|pstree|top PID\n"
     "  --virtual-time  loop time jumps to the next timer whenever the program is idle\n"
     "  --seed N|random  scheduling choices asyncio leaves open are drawn from seed N\n"
     "                  (also SNAKELOOP_SEED); a crash prints the seed and how to replay it\n"
@@ -47,6 +54,8 @@ USAGE = (
 )
 
 _VALUED = ("--seed", "--perturb", "--trace", "--replay")
+# Subcommands; a script of the same name runs as ./ps.
+_COMMANDS = ("ps", "pstree", "top")
 
 
 def _parse_options(args: list[str]) -> tuple[dict[str, Any], list[str]] | str:
@@ -58,6 +67,10 @@ def _parse_options(args: list[str]) -> tuple[dict[str, Any], list[str]] | str:
             from .virtualclock import VirtualClock
 
             options["clock_factory"] = VirtualClock
+            args = args[1:]
+            continue
+        if flag == "--insight" and not value:
+            options["insight"] = True
             args = args[1:]
             continue
         if flag in _VALUED:
@@ -89,11 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
+    if args[0] in _COMMANDS:
+        from ._insight.commands import main as command_main
+
+        return command_main(args[0], list(args[1:]))
     parsed = _parse_options(list(args))
     if isinstance(parsed, str):
         print(f"snakeloop: {parsed}\n{USAGE}", file=sys.stderr)
         return 2
     options, args = parsed
+    if options.pop("insight", False):
+        from .insight import enable
+
+        enable()
     trace_path = options.pop("trace", None)
     replay_path = options.pop("replay", None)
     recording = None

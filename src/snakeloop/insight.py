@@ -45,6 +45,17 @@ and ``awaited by`` name the combinator in between: ``(via gather)``,
 Paths are relative to the working directory when under it, and to the
 standard library for its modules (``asyncio/queues.py``).
 
+``enable()`` (or ``python -m snakeloop --insight script.py``) lets another
+process ask for all the loops' graphs and metrics: a signal (SIGUSR1) makes
+the program write a snapshot, as JSON, to
+``$XDG_RUNTIME_DIR/snakeloop/<pid>.json`` (without that variable, to a
+private directory under the temp dir); ``python -m snakeloop ps|pstree|top
+PID`` send the signal and show the snapshot.  The snapshot has ``pid``,
+``time``, ``python``, ``snakeloop`` and ``loops``: for each live loop its
+``id``, ``running``, ``thread`` (``ident``, ``native_id``, ``name``, or null),
+``graph`` (the JSON data above), ``metrics`` (``loop.metrics()`` as a dict,
+or null) and ``error`` (null, or why the loop could not be read).
+
 Everything here is read-only and safe from any thread, and nothing of it runs
 until a report is asked for: the graph is derived from the tasks' coroutines
 and the futures' done callbacks at that moment.  Works for snakeloop's Task,
@@ -54,9 +65,11 @@ asyncio's C Task and its Python ``_PyTask``, in any mix.
 from __future__ import annotations
 
 import json
+import signal as _signal
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
+from ._insight import ondemand as _ondemand
 from ._insight.build import task_graph as _task_graph
 from ._insight.model import Graph
 from ._insight.render import deadlock_text
@@ -66,7 +79,17 @@ from ._insight.render import format_text as _format_text
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["Graph", "deadlock_message", "format_json", "format_text", "report", "task_graph"]
+__all__ = [
+    "Graph",
+    "deadlock_message",
+    "disable",
+    "enable",
+    "format_json",
+    "format_text",
+    "report",
+    "snapshot_path",
+    "task_graph",
+]
 
 
 def task_graph(loop: asyncio.AbstractEventLoop, *, referrers: bool = False) -> Graph:
@@ -126,3 +149,26 @@ def deadlock_message(
     the loop keeps waiting.
     """
     return deadlock_text(_task_graph(loop), virtual=virtual, fds_note=fds_note)
+
+
+def enable(signal: int = _signal.SIGUSR1, path: str | None = None) -> None:
+    """Have ``signal`` write a snapshot of all live snakeloop loops to ``path``.
+
+    ``path`` defaults to ``snapshot_path(os.getpid())``, worked out when the
+    signal arrives (so a forked child writes its own).  The handler is
+    installed with ``signal.signal``: call this from the main thread.  It
+    runs in the main thread whatever that thread is doing, loop or no loop,
+    and only reads the loops.  Calling it again replaces the first call;
+    ``disable()`` puts back the handler that was there before.
+    """
+    _ondemand.enable(signal, path)
+
+
+def disable() -> None:
+    """Undo ``enable()``: the signal gets back its earlier handler.  No-op if not enabled."""
+    _ondemand.disable()
+
+
+def snapshot_path(pid: int) -> str:
+    """Where process ``pid`` writes its snapshot by default."""
+    return _ondemand.snapshot_path(pid)

@@ -274,6 +274,9 @@ class LoopContract(Protocol):
     _signal_inbox: Any
     """Where a seeded loop's signal handlers wait (``inbox.Inbox``), or None."""
 
+    _thread_id: int | None
+    """``threading.get_ident()`` of the thread running the loop, or None (for reports)."""
+
     _task_sites: Any
     """task -> ``(filename, lineno)`` where it was created (virtual time and test mode), or None."""
 

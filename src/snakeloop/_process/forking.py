@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from .._core.contract import LoopContract
 
-__all__ = ["INHERITED_LOOP_MESSAGE", "InheritedBackend", "call_each", "track"]
+__all__ = ["INHERITED_LOOP_MESSAGE", "InheritedBackend", "call_each", "live_loops", "track"]
 
 INHERITED_LOOP_MESSAGE = (
     "this event loop was inherited from the parent process through fork() "
@@ -66,6 +66,20 @@ _loops: weakref.WeakSet[Any] = weakref.WeakSet()
 def track(loop: LoopContract) -> None:
     """Have ``loop._disown_after_fork()`` called in any child forked while it is alive."""
     _loops.add(loop)
+
+
+def live_loops() -> list[Any]:
+    """Every snakeloop loop of this process that is still alive (closed ones too).
+
+    Safe from a signal handler or another thread: the set is copied, and the
+    copy retried when a loop is made or collected meanwhile.
+    """
+    for _ in range(10):
+        try:
+            return list(_loops)
+        except RuntimeError:  # "Set changed size during iteration"
+            continue
+    return []
 
 
 class InheritedBackend:
