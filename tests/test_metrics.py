@@ -527,3 +527,29 @@ def test_sampled_mode_does_not_report_a_loop_waiting_in_a_poll():
         assert loop.metrics().slow_callbacks == ()
     finally:
         loop.close()
+
+
+def test_slow_stretches_between_windows_are_logged_once_per_window_length(caplog):
+    from snakeloop.metrics.recorder import WINDOW_EVERY
+
+    caplog.set_level(logging.WARNING, logger="snakeloop")
+    clock = VirtualClock()
+    loop = snakeloop.new_event_loop(clock=clock)
+    try:
+        recorder = loop._metrics_recorder
+        recorder.on_slow_stretch(0.5)  # opens the window
+        clock.jump(WINDOW + 1)  # closed, and too soon for another
+        for _ in range(3):
+            recorder.on_slow_stretch(0.5)  # the first is logged, two are counted
+        clock.jump(WINDOW + 1)
+        recorder.on_slow_stretch(0.5)
+        clock.jump(WINDOW_EVERY)
+        recorder.on_slow_stretch(0.5)  # a new window
+    finally:
+        loop.close()
+    messages = [r.getMessage() for r in caplog.records if r.name == "snakeloop"]
+    assert len(messages) == 4, messages
+    assert "timing every callback" in messages[0]
+    assert messages[1].endswith("longer than slow_callback_duration (0.100 s)")
+    assert messages[2].endswith("; 2 more such stretches since the last message")
+    assert "timing every callback" in messages[3]

@@ -47,7 +47,16 @@ WINDOW_EVERY = 100.0
 class MetricsRecorder:
     """A loop's slow-callback records and its timing window."""
 
-    __slots__ = ("_loop", "mode", "exact", "_ring", "_window_until", "_window_opened")
+    __slots__ = (
+        "_loop",
+        "mode",
+        "exact",
+        "_ring",
+        "_window_until",
+        "_window_opened",
+        "_quiet_until",
+        "_unreported",
+    )
 
     def __init__(self, loop: Any, mode: bool | str) -> None:
         self._loop = loop
@@ -56,6 +65,9 @@ class MetricsRecorder:
         self._ring: collections.deque[SlowCallback] = collections.deque(maxlen=RING)
         self._window_until = float("-inf")
         self._window_opened = float("-inf")
+        # Slow stretches outside a window are logged once per WINDOW seconds.
+        self._quiet_until = float("-inf")
+        self._unreported = 0
 
     def recent(self) -> tuple[SlowCallback, ...]:
         return tuple(self._ring)
@@ -70,6 +82,13 @@ class MetricsRecorder:
             return  # the observer times each callback itself
         now = loop.time()
         opens = now - self._window_opened >= WINDOW_EVERY
+        if not opens and now < self._quiet_until:
+            # Between windows, one message per window length at most: a
+            # handler that blocks on every request would flood the log.
+            self._unreported += 1
+            return
+        self._quiet_until = now + WINDOW
+        unreported, self._unreported = self._unreported, 0
         logger.warning(
             "%r ran callbacks for %.3f seconds without a pause, longer than "
             "slow_callback_duration (%.3f s)%s",
@@ -80,6 +99,8 @@ class MetricsRecorder:
                 f"; timing every callback for the next {WINDOW:g} s to name the slow one "
                 "(see loop.metrics().slow_callbacks)"
                 if opens
+                else f"; {unreported} more such stretches since the last message"
+                if unreported
                 else ""
             ),
         )
