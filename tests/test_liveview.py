@@ -406,10 +406,9 @@ def test_top_once_shows_the_loops_metrics(tmp_path):
     assert "  utilization  40.0% (since start), uptime 10.0 s, mode exact" in lines
     assert "  iterations/s 100.0  callbacks/s 250.0  io events/s 7.0 (total 70, backlog 3)" in lines
     assert (
-        "  tasks 3  fds 3  executor jobs 2  timers pending 5  ready 4  slow iterations 1"
-        in lines
+        "  tasks 3  fds 3  executor jobs 2  timers pending 5  ready 4  slow iterations 1" in lines
     )
-    assert "  timer lag: 40 timers, max 3.1 ms, mean 0.5 ms" in lines
+    assert "  timer lag over 40 iterations that ran timers: max 3.1 ms, mean 0.5 ms" in lines
     assert "         <1ms " + "#" * 40 + " 30" in lines
     assert "        1-2ms " + "#" * 11 + " " * 29 + " 8" in lines
     slow = [line for line in lines if "250.0 ms" in line]
