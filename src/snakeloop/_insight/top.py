@@ -91,7 +91,8 @@ def _metrics_lines(now: dict[str, Any], before: dict[str, Any] | None) -> list[s
         f"  tasks {now['tasks_alive']}  fds {now['fds']}  "
         f"executor jobs {now['executor_jobs']}  timers pending {now['timers_pending']}  "
         f"ready {now['ready_depth']}  slow iterations {now['slow_iterations']}",
-        f"  timer lag over {lag_count} iterations that ran timers: max {_ms(now['timer_lag_max'])}, mean {_ms(lag_mean)}",
+        f"  timer lag over {lag_count} iterations that ran timers: "
+        f"max {_ms(now['timer_lag_max'])}, mean {_ms(lag_mean)}",
     ]
     return lines + _histogram(list(now["timer_lag_hist"])) + _slowest(now["slow_callbacks"])
 
