@@ -458,7 +458,7 @@ def test_importing_the_exporters_imports_no_exporter_library():
 
 
 def test_opentelemetry_reads_the_loop_metrics():
-    pytest.importorskip("opentelemetry.sdk", reason="OpenTelemetry's SDK is a test extra")
+    # OpenTelemetry's SDK is a test extra (pyproject.toml).
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
