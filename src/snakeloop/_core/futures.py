@@ -599,6 +599,11 @@ class Task(Future[_T]):
         # The first step runs now, inside create_task, as the current task;
         # the caller's task (if any) is current again afterwards.
         loop = self._loop
+        # A loop's instruments bracket this step as any other (see
+        # snakeloop.instruments); None on loops without them.
+        hooks = getattr(loop, "_instrument_tasks", None)
+        if hooks is not None:
+            hooks.before_step(self)
         prev_task = _current_task(loop)
         if prev_task is not None:
             _swap_current_task(loop, None)
@@ -617,11 +622,13 @@ class Task(Future[_T]):
                     self._coro = None
                 else:
                     _register_task(self)
+        if hooks is not None:
+            hooks.after_step(self)
         # If the first step raised, the error's traceback keeps the step's
         # frame and, through f_back, this one and its callers' (down to
         # create_task's), each with its locals at return: none may hold the
         # task, which holds the error.
-        self = prev_task = None
+        self = prev_task = hooks = None
 
     def _step(self, exc=None):
         # One step of the coroutine, and what its yield asks for.  This runs
