@@ -244,13 +244,7 @@ class InstrumentSet:
             try:
                 method(*args)
             except Exception:
-                logger.exception(
-                    "Exception raised when calling %r on instrument %r. "
-                    "Instrument has been disabled.",
-                    name,
-                    instrument,
-                )
-                self._disable(instrument)
+                self._failed(name, instrument)
 
     def call_extra(self, name: str, args: tuple[Any, ...], extra: Any) -> None:
         """Call hook ``name`` with ``extra`` appended for the hooks that take it."""
@@ -264,13 +258,16 @@ class InstrumentSet:
                 else:
                     method(*args)
             except Exception:
-                logger.exception(
-                    "Exception raised when calling %r on instrument %r. "
-                    "Instrument has been disabled.",
-                    name,
-                    instrument,
-                )
-                self._disable(instrument)
+                self._failed(name, instrument)
+
+    def _failed(self, name: str, instrument: object) -> None:
+        """A hook raised (the error is being handled): log it, disable the instrument."""
+        logger.exception(
+            "Exception raised when calling %r on instrument %r. Instrument has been disabled.",
+            name,
+            instrument,
+        )
+        self._disable(instrument)
 
     def _disable(self, instrument: object) -> None:
         loop = self._loop_ref()
