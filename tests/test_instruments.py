@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import pathlib
+import re
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -597,3 +600,17 @@ def test_slow_callbacks_are_reported() -> None:
     record = slow[0][1]
     assert record.duration >= 0.03
     assert "sleep" in record.callback_label
+
+
+def test_the_readme_example_prints_what_the_readme_shows(tmp_path: pathlib.Path) -> None:
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    found = re.search(
+        r"<!-- readme-example: tracer.py .*?-->\n```python\n(.*?)```\n\n```\n(.*?)```", readme, re.S
+    )
+    assert found is not None
+    script = tmp_path / "tracer.py"
+    script.write_text(found.group(1))
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stdout == found.group(2)

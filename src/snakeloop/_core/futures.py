@@ -19,8 +19,9 @@ rule "Queueing a plain callback" in ``_core/runloop.py``, and so also read
 ``_accepts_plain_callbacks``, ``_debug`` and ``_closed`` and append to
 ``_ready``; an eager first step reads ``_instrument_tasks`` (the loop's
 instruments' task hooks, or None), which it calls around the step: nothing
-else of a loop.  (tests/core/test_futures.py holds this list to the code.)  Where a comment says a call "cost" a benchmark row so
-many instructions, the figure is from callgrind on CPython 3.11.
+else of a loop.  (tests/core/test_futures.py holds this list to the code.)
+Where a comment says a call "cost" a benchmark row so many instructions,
+the figure is from callgrind on CPython 3.11.
 
 Private attribute names (``_state``, ``_callbacks`` (a property), ``_fut_waiter``,
 ``_must_cancel`` ...) are the ones asyncio uses: the standard library's repr
