@@ -614,3 +614,90 @@ def test_the_readme_example_prints_what_the_readme_shows(tmp_path: pathlib.Path)
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
     )
     assert ran.stdout == found.group(2)
+
+
+def test_a_call_queued_on_the_swapped_out_deque_still_runs() -> None:
+    """Another thread that read ``_ready`` just before the swap appends to the old deque."""
+    loop = snakeloop.Loop()
+    try:
+        old = loop._ready
+        loop.add_instrument(Recorder())
+        ran: list[str] = []
+        old.append(asyncio.Handle(ran.append, ("late",), loop, None))
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert ran == ["late"]
+    finally:
+        loop.close()
+
+
+def test_hooks_follow_a_new_clock_and_a_seeded_poll() -> None:
+    rec = Recorder()
+    loop = snakeloop.Loop(seed=3, instruments=[rec])
+    try:
+        clock = VirtualClock()
+        loop.set_clock(clock)
+        start = loop.time()
+        loop.run_until_complete(asyncio.sleep(2))
+    finally:
+        loop.close()
+    assert ("clock_jumped", start, start + 2) in rec.log
+    waits = rec.only("before_io_wait", "after_io_wait")
+    assert waits and len(waits) % 2 == 0
+
+
+def test_debug_mode_and_instruments_share_the_observer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rec = Recorder()
+    loop = snakeloop.Loop(instruments=[rec])
+    try:
+        loop.set_debug(True)
+        loop.slow_callback_duration = 0.01
+        loop.call_soon(time.sleep, 0.02)
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            loop.run_until_complete(asyncio.sleep(0))
+        loop.set_debug(False)
+        assert loop._observe is not None  # the instrument still wants it
+    finally:
+        loop.close()
+    assert any("Executing <Handle sleep" in r.getMessage() for r in caplog.records)
+    labels = [entry[1] for entry in rec.only("before_callback")]
+    assert "time.sleep" in labels
+
+
+def test_io_wait_hooks_stay_after_set_clock() -> None:
+    rec = Recorder()
+    loop = snakeloop.Loop(instruments=[rec])
+    try:
+        loop.set_clock(snakeloop.MonotonicClock())
+        loop.run_until_complete(asyncio.sleep(0.01))
+    finally:
+        loop.close()
+    assert rec.only("before_io_wait")
+
+
+def test_adding_an_instrument_does_not_stop_a_loop_whose_run_once_is_wrapped() -> None:
+    """Monitoring tools wrap _run_once; run_forever then calls it per iteration."""
+    rec = Recorder()
+    loop = snakeloop.Loop()
+    iterations = 0
+    run_once = loop._run_once
+
+    def counting() -> None:
+        nonlocal iterations
+        iterations += 1
+        run_once()
+
+    loop._run_once = counting  # type: ignore[method-assign]
+
+    async def main() -> None:
+        asyncio.get_running_loop().add_instrument(rec)  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(loop.create_task(main(), name="main"))
+    finally:
+        loop.close()
+    assert iterations >= 3
+    assert ("task_scheduled", "main") in rec.only("task_scheduled")
