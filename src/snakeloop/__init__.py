@@ -12,16 +12,19 @@ from ._core.handles import Handle, TimerHandle
 from .callgraph import capture_call_graph, format_call_graph, print_call_graph
 from .clock import Clock, MonotonicClock
 from .exceptions import DeadlockError, StallError, VirtualTimeoutError
+from .instruments import CallbackInfo, Instrument
 from .loop import Loop
 from .runner import EventLoopPolicy, Runner, install, loop_factory, new_event_loop, run
 from .virtualclock import VirtualClock
 
 __all__ = [
+    "CallbackInfo",
     "Clock",
     "DeadlockError",
     "EventLoopPolicy",
     "Future",
     "Handle",
+    "Instrument",
     "Loop",
     "MonotonicClock",
     "Runner",

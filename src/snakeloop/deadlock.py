@@ -89,6 +89,9 @@ def report_deadlock(loop: LoopMixinBase, *, mode: str, virtual: bool) -> None:
         )
     message = insight.deadlock_message(loop, virtual=virtual, fds_note=note)
     if mode == "raise":
-        report = insight.format_text(insight.task_graph(loop))
-        raise DeadlockError(message, report)
+        error = DeadlockError(message, insight.format_text(insight.task_graph(loop)))
+        loop._emit_deadlock(error)
+        raise error
+    if loop._wants_deadlock_hook():
+        loop._emit_deadlock(DeadlockError(message, insight.format_text(insight.task_graph(loop))))
     logger.error("%s", message)

@@ -23,6 +23,7 @@ None of those parts imports this module, so dependencies run one way.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import math
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
     from ._io import IOBackend
+    from .instruments import InstrumentSet, TaskHooks
     from .metrics import LoopMetrics
     from .virtualtime import VirtualTime
 
@@ -104,6 +106,11 @@ EPOCH_NEEDS_VIRTUAL_TIME = (
     "perturb 'epoch' draws where virtual time starts: give the loop a VirtualClock, "
     "or leave 'epoch' out"
 )
+
+# What _stopping holds while the loop must leave _run_iterations and enter it
+# again, without stopping: instruments came or went, and the ready queue is
+# swapped at that iteration boundary (_run_iterations binds it once).
+_SWITCH_READY = "switch ready queue"
 
 # What Loop(on_deadlock=...) takes (see snakeloop.deadlock).
 DEADLOCK_MODES = ("raise", "log", "ignore")
@@ -200,6 +207,14 @@ class Loop(
     _metrics_recorder: Any = None
     # The threads alive when the census began (test mode): see _older_threads.
     _threads_before: weakref.WeakSet[threading.Thread] | None = None
+    # The instruments (snakeloop.instruments) and their task bookkeeping, while
+    # any is installed; None otherwise, so that nothing is paid for them.
+    _instrument_set: InstrumentSet | None = None
+    _instrument_tasks: TaskHooks | None = None
+    # The ready deque an InstrumentedReady replaced (other threads may still
+    # append to it), and the poll the instruments' io-wait hooks wrap.
+    _stale_ready: collections.deque[Any] | None = None
+    _unwrapped_poll: Callable[[float | None], Any]
 
     def __init__(
         self,
@@ -213,6 +228,7 @@ class Loop(
         trace: int = 10_000,
         replay: Iterable[Any] | None = None,
         metrics: bool | Literal["sampled", "exact"] | None = None,
+        instruments: Iterable[Any] | None = None,
     ) -> None:
         from .metrics import metrics_mode
 
@@ -272,6 +288,7 @@ class Loop(
             if "io_latency" in schedule.perturbation:
                 raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
         CoreLoop.__init__(self, MonotonicClock(), io_backend, Waker())
+        self._unwrapped_poll = self._poll
         self._on_deadlock = on_deadlock
         self._deadlock_logged = False
         self._schedule = schedule
@@ -291,14 +308,14 @@ class Loop(
                 from .inbox import Inbox
                 from .perturbation import PollEveryIteration
 
-                self._threadsafe_inbox = perturbed.inbox = Inbox(schedule, self._ready.append)
+                self._threadsafe_inbox = perturbed.inbox = Inbox(schedule, self._queue_ready)
                 # Other threads' calls reach the ready queue only at a poll, so a loop
                 # that always has callbacks ready must still poll, as asyncio's does.
                 self._internal_readers = PollEveryIteration(self._internal_readers)
             if "signals" in schedule.perturbation:
                 from .inbox import Inbox
 
-                self._signal_inbox = Inbox(schedule, self._ready.append, "signals")
+                self._signal_inbox = Inbox(schedule, self._queue_ready, "signals")
                 perturbed.signal_inbox = self._signal_inbox
             if "timer_ties" in schedule.perturbation:
                 # In front of the core's method, on this loop only: an
@@ -359,6 +376,8 @@ class Loop(
         self._executors = Executors(self)
         self._children = Children(self)
         forking.track(self)
+        for instrument in instruments or ():
+            self.add_instrument(instrument)
 
     def __repr__(self) -> str:
         return (
@@ -406,6 +425,7 @@ class Loop(
         counters = self._counters
         sampler = None
         started = None
+        instruments = None
         try:
             self._run_forever_setup()
             counters.run_started = started = self._now()
@@ -414,22 +434,41 @@ class Loop(
                 from .metrics.sampler import Sampler
 
                 sampler = Sampler(self, recorder)
+            if self._instrument_tasks is not None or self._ready.__class__ is not collections.deque:
+                self._switch_ready()
+            instruments = self._instrument_set
+            if instruments is not None:
+                instruments.call_extra("before_run", (), self)
             if "_run_once" in self.__dict__ or type(self)._run_once is not CoreLoop._run_once:
                 # Someone wraps _run_once (to count or time iterations, as
                 # some monitoring tools do): call it once per iteration.
                 run_once = self._run_once
                 while True:
                     run_once()
-                    if self._stopping:
+                    if self._stopping is _SWITCH_READY:
+                        self._stopping = False
+                        self._switch_ready()
+                    elif self._stopping:
                         break
             else:
-                self._run_iterations(False)
+                while True:
+                    self._run_iterations(False)
+                    if self._stopping is not _SWITCH_READY:
+                        break
+                    self._stopping = False
+                    self._switch_ready()
         finally:
             if sampler is not None:
                 sampler.stop()
             if started is not None:
                 counters.uptime += self._now() - started
                 counters.run_started = None
+            if instruments is not None:
+                # The instruments now installed: one added during the run
+                # gets after_run too, as in trio.
+                now_installed = self._instrument_set
+                if now_installed is not None:
+                    now_installed.call_extra("after_run", (), self)
             self._run_forever_cleanup()
 
     def run_until_complete(self, future: _AwaitableLike[_T]) -> _T:
@@ -535,18 +574,119 @@ class Loop(
     def _update_observer(self) -> None:
         recorder = self._metrics_recorder
         timing = recorder if recorder is not None and recorder.timing(self._now()) else None
-        if self._debug or timing is not None:
+        instruments = self._instrument_set
+        if self._debug or timing is not None or instruments is not None:
             from .observing import Observer
 
-            self._observe = Observer(self, debug=self._debug, recorder=timing)
+            self._observe = Observer(
+                self,
+                debug=self._debug,
+                recorder=timing,
+                instruments=instruments,
+                tasks=self._instrument_tasks,
+            )
         else:
             self._observe = None
 
     def _executor_jobs(self) -> int:
         return self._executors.in_flight()
 
+    # -- instruments (snakeloop.instruments) -----------------------------------
+
+    def add_instrument(self, instrument: Any) -> None:
+        """Have the loop call ``instrument``'s hooks (see ``snakeloop.Instrument``).
+
+        Adding one that is installed already does nothing.  From the loop's
+        thread; during a run, the ready queue starts reporting
+        ``task_scheduled`` at the end of the current iteration.
+        """
+        from .instruments import InstrumentSet, TaskHooks
+
+        instruments = self._instrument_set
+        if instruments is None:
+            instruments = InstrumentSet(self)
+            instruments.add(instrument)
+            self._instrument_set = instruments
+            self._instrument_tasks = TaskHooks(instruments)
+        else:
+            instruments.add(instrument)
+        self._instruments_changed()
+
+    def remove_instrument(self, instrument: Any) -> None:
+        """Stop calling ``instrument``'s hooks; KeyError if it is not installed."""
+        instruments = self._instrument_set
+        if instruments is None:
+            raise KeyError(instrument)
+        instruments.remove(instrument)
+        if not instruments:
+            self._instrument_set = self._instrument_tasks = None
+        self._instruments_changed()
+
+    def _instruments_changed(self) -> None:
+        self._update_observer()
+        self._set_poll(self._unwrapped_poll)
+        if not self.is_running():
+            self._switch_ready()
+        elif self._stopping is False:
+            # run_forever swaps the ready queue between two iterations.
+            self._stopping = _SWITCH_READY
+
+    def _switch_ready(self) -> None:
+        """Make ``_ready`` an InstrumentedReady while instruments are installed, else a deque."""
+        ready = self._ready
+        tasks = self._instrument_tasks
+        if tasks is None:
+            if ready.__class__ is collections.deque:
+                return
+            new: collections.deque[Any] = collections.deque(ready)
+        else:
+            from .instruments import InstrumentedReady
+
+            if isinstance(ready, InstrumentedReady) and ready._tasks is tasks:
+                return
+            new = InstrumentedReady(ready, tasks)
+        ready.clear()
+        self._ready = new
+        if ready.__class__ is collections.deque:
+            # Another thread may have read _ready just before: what it
+            # appends moves on at the next poll (IoWaitHooks).
+            self._stale_ready = ready
+        else:
+            ready.forward = self._queue_ready  # type: ignore[attr-defined]
+            self._stale_ready = None
+        self._set_poll(self._unwrapped_poll)
+
+    def _queue_ready(self, entry: Any) -> None:
+        self._ready.append(entry)
+
+    def _set_poll(self, poll: Callable[[float | None], Any]) -> None:
+        """Poll through ``poll``, with the io-wait hooks around it while instruments are in."""
+        self._unwrapped_poll = poll
+        instruments = self._instrument_set
+        if instruments is not None:
+            from .instruments import IoWaitHooks
+
+            poll = IoWaitHooks(poll, instruments, self._stale_ready).poll
+        self._poll = poll
+
     def _emit_slow_callback(self, record: Any) -> None:
-        pass  # no instrument hooks yet
+        instruments = self._instrument_set
+        if instruments is not None:
+            instruments.call("slow_callback", record)
+
+    def _emit_clock_jumped(self, old: float, new: float) -> None:
+        instruments = self._instrument_set
+        if instruments is not None:
+            instruments.call("clock_jumped", old, new)
+
+    def _emit_deadlock(self, error: Exception) -> None:
+        instruments = self._instrument_set
+        if instruments is not None:
+            instruments.call("deadlock", error)
+
+    def _wants_deadlock_hook(self) -> bool:
+        instruments = self._instrument_set
+        return instruments is not None and instruments.has("deadlock")
 
     # -- seeded scheduling (snakeloop.seeding) --------------------------------
 
@@ -649,7 +789,7 @@ class Loop(
         self._clock_resolution = clock.resolution
         self._now = clock.monotonic
         self._virtual_time = None
-        self._poll = self._base_poll
+        self._set_poll(self._base_poll)
         if getattr(clock, "is_virtual", False):
             self._use_idle_driver()
             self._block_forever = None
@@ -738,14 +878,14 @@ class Loop(
             held = self._perturbed.holding if self._perturbed is not None else None
             driver = VirtualTime(self, self._clock, self._base_poll, held)
             self._virtual_time = driver
-            self._poll = driver.poll
+            self._set_poll(driver.poll)
         return driver
 
     def _release_idle_driver(self) -> None:
         driver = self._virtual_time
         if driver is not None and not driver.is_needed():
             self._virtual_time = None
-            self._poll = self._base_poll
+            self._set_poll(self._base_poll)
 
     def _deadlock_mode(self) -> str:
         mode = self._on_deadlock
@@ -808,11 +948,36 @@ class Loop(
             if task._source_traceback:
                 del task._source_traceback[-1]
             return task
+        if self._instrument_tasks is not None:
+            return self._create_task_seen_by_instruments(factory, coro, name, context)
         # No ``task`` local: an eager factory runs the first step under this
         # frame, which an error's traceback then keeps (see Task._eager_start).
         if context is None:
             return _named(factory(self, coro), name)
         return _named(factory(self, coro, context=context), name)
+
+    def _create_task_seen_by_instruments(
+        self, factory: Callable[..., Any], coro: Any, name: object, context: Context | None
+    ) -> Any:
+        """A factory's task, reported to the instruments once it exists.
+
+        asyncio's C Task takes an eager first step inside its constructor,
+        where no hook can reach: its ``task_spawned`` (and ``task_exited``,
+        if that step finished it) follow the construction.  snakeloop's
+        eager tasks bracket that step themselves (``Task._eager_start``).
+        """
+        if context is None:
+            task = _named(factory(self, coro), name)
+        else:
+            task = _named(factory(self, coro, context=context), name)
+        tasks = self._instrument_tasks
+        if tasks is not None and not isinstance(task, Task):
+            tasks.constructed(task)
+        try:
+            return task
+        finally:
+            # See create_task: an eager step's error keeps this frame.
+            task = tasks = None
 
     def set_task_factory(self, factory: _TaskFactory | None) -> None:
         """Use ``factory(loop, coro[, context=...])`` for ``create_task``."""

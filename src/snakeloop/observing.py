@@ -9,7 +9,9 @@ also:
   ``Executing <Handle ...> took 0.205 seconds`` for a slow one;
 - in a metrics timing window or ``"exact"`` mode
   (``snakeloop.metrics.recorder``), times each callback and records a
-  slow one with its task and the lines it ran between.
+  slow one with its task and the lines it ran between;
+- with instruments installed (``snakeloop.instruments``), calls their
+  callback and task-step hooks around each callback.
 
 ``Loop._update_observer`` sets ``_observe`` to an Observer when any of
 these is wanted and back to None when none is, so the production
@@ -22,6 +24,7 @@ import logging
 from typing import Any
 
 from ._core.runloop import _as_handle, format_handle
+from ._insight.steps import task_stepped_by
 
 __all__ = ["Observer"]
 
@@ -32,13 +35,25 @@ logger = logging.getLogger("asyncio")
 class Observer:
     """Runs an iteration's ready callbacks one by one, watching each."""
 
-    __slots__ = ("_loop", "_debug", "_recorder")
+    __slots__ = ("_loop", "_debug", "_recorder", "_instruments", "_tasks")
 
-    def __init__(self, loop: Any, *, debug: bool, recorder: Any) -> None:
+    def __init__(
+        self,
+        loop: Any,
+        *,
+        debug: bool,
+        recorder: Any,
+        instruments: Any = None,
+        tasks: Any = None,
+    ) -> None:
         self._loop = loop
         self._debug = debug
         # The metrics recorder while callbacks are timed, else None.
         self._recorder = recorder
+        # The loop's InstrumentSet and TaskHooks while instruments are
+        # installed, else None.
+        self._instruments = instruments
+        self._tasks = tasks
 
     def run_ready(self, ntodo: int) -> None:
         loop = self._loop
@@ -46,13 +61,19 @@ class Observer:
         now = loop._now
         debug = self._debug
         recorder = self._recorder
+        instruments = self._instruments
+        tasks = self._tasks
         for _ in range(ntodo):
+            entry = ready.popleft()
             # A plain entry runs as the Handle it stands for.
-            handle = _as_handle(loop, ready.popleft())
+            handle = _as_handle(loop, entry)
             if handle._cancelled:
                 continue
             if recorder is not None:
                 task, start = recorder.start_of(handle)
+            if instruments is not None:
+                stepped = task_stepped_by(handle._callback)
+                info = self._before(entry, handle, stepped)
             if debug:
                 loop._current_handle = handle
             try:
@@ -62,6 +83,11 @@ class Observer:
             finally:
                 if debug:
                     loop._current_handle = None
+            if instruments is not None:
+                if stepped is not None:
+                    tasks.after_step(stepped)
+                if info is not None:
+                    instruments.call("after_callback", info)
             if dt >= loop.slow_callback_duration:
                 if debug:
                     logger.warning("Executing %s took %.3f seconds", format_handle(handle), dt)
@@ -69,6 +95,25 @@ class Observer:
                     recorder.record(handle, dt, task, start)
         # The traceback of an error raised by the last callback may hold this
         # frame after the return.
-        handle = task = start = None  # type: ignore[assignment]
+        entry = handle = task = start = stepped = info = None  # type: ignore[assignment]
         if recorder is not None and recorder.window_closed(now()):
             loop._update_observer()
+
+    def _before(self, entry: Any, handle: Any, task: Any) -> Any:
+        """The hooks before a callback; its CallbackInfo if after_callback wants one."""
+        instruments = self._instruments
+        info = None
+        if instruments.has("before_callback") or instruments.has("after_callback"):
+            from .instruments import CallbackInfo
+
+            info = CallbackInfo(
+                handle._callback,
+                handle._args,
+                handle._context,
+                None if entry.__class__ is tuple else handle,
+                task,
+            )
+            instruments.call("before_callback", info)
+        if task is not None:
+            self._tasks.before_step(task)
+        return info

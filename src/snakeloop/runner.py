@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         perturb: str | Iterable[str] | Mapping[str, object] | None
         trace: int
         replay: Iterable[Any] | None
+        instruments: Iterable[Any] | None
 
 
 __all__ = ["EventLoopPolicy", "Runner", "install", "loop_factory", "new_event_loop", "run"]

@@ -161,7 +161,9 @@ class VirtualClock:
         if seconds < 0:
             raise ValueError("time can't go backwards")
         self._settle()
+        old = self._ticks
         self._ticks += self._to_ticks(seconds)
+        self._report_jump(old)
 
     def _to_ticks(self, seconds: float) -> int:
         return round(seconds * self._ticks_per_second)
@@ -188,7 +190,19 @@ class VirtualClock:
         if target <= self._ticks and when > self._ticks / self._ticks_per_second:
             target = self._ticks + 1
         if target > self._ticks:
+            old = self._ticks
             self._ticks = target
+            self._report_jump(old)
+
+    def _report_jump(self, old_ticks: int) -> None:
+        """Tell the loop's instruments (``clock_jumped``) that time jumped."""
+        if self._ticks == old_ticks:
+            return
+        owner = self._owner()
+        emit = getattr(owner, "_emit_clock_jumped", None)
+        if emit is not None:
+            per_second = self._ticks_per_second
+            emit(old_ticks / per_second, self._ticks / per_second)
 
     def _advance_real(self, seconds: float) -> None:
         """Let ``seconds`` of real time pass in virtual time too (external_time='real')."""

@@ -332,6 +332,18 @@ class LoopContract(Protocol):
         """How many ``run_in_executor`` jobs have not finished (a metrics gauge)."""
         ...
 
+    def _emit_clock_jumped(self, old: float, new: float) -> None:
+        """Hand a virtual clock's jump to the instruments' ``clock_jumped`` hook."""
+        ...
+
+    def _emit_deadlock(self, error: Exception) -> None:
+        """Hand a deadlock's ``DeadlockError`` to the instruments' ``deadlock`` hook."""
+        ...
+
+    def _wants_deadlock_hook(self) -> bool:
+        """Whether an instrument has a ``deadlock`` hook (a logged deadlock then builds one)."""
+        ...
+
 
 def _private_members(protocol: type) -> frozenset[str]:
     members = {

@@ -17,9 +17,11 @@ on other loops.  On a loop that takes plain callbacks they queue done
 callbacks and task steps as plain entries instead of ``call_soon``, by the
 rule "Queueing a plain callback" in ``_core/runloop.py``, and so also read
 ``_accepts_plain_callbacks``, ``_debug`` and ``_closed`` and append to
-``_ready``: nothing else of a loop.  (tests/core/test_futures.py holds this
-list to the code.)  Where a comment says a call "cost" a benchmark row so
-many instructions, the figure is from callgrind on CPython 3.11.
+``_ready``; an eager first step reads ``_instrument_tasks`` (the loop's
+instruments' task hooks, or None), which it calls around the step: nothing
+else of a loop.  (tests/core/test_futures.py holds this list to the code.)
+Where a comment says a call "cost" a benchmark row so many instructions,
+the figure is from callgrind on CPython 3.11.
 
 Private attribute names (``_state``, ``_callbacks`` (a property), ``_fut_waiter``,
 ``_must_cancel`` ...) are the ones asyncio uses: the standard library's repr
@@ -599,6 +601,11 @@ class Task(Future[_T]):
         # The first step runs now, inside create_task, as the current task;
         # the caller's task (if any) is current again afterwards.
         loop = self._loop
+        # A loop's instruments bracket this step as any other (see
+        # snakeloop.instruments); None on loops without them.
+        hooks = getattr(loop, "_instrument_tasks", None)
+        if hooks is not None:
+            hooks.before_step(self)
         prev_task = _current_task(loop)
         if prev_task is not None:
             _swap_current_task(loop, None)
@@ -617,11 +624,13 @@ class Task(Future[_T]):
                     self._coro = None
                 else:
                     _register_task(self)
+        if hooks is not None:
+            hooks.after_step(self)
         # If the first step raised, the error's traceback keeps the step's
         # frame and, through f_back, this one and its callers' (down to
         # create_task's), each with its locals at return: none may hold the
         # task, which holds the error.
-        self = prev_task = None
+        self = prev_task = hooks = None
 
     def _step(self, exc=None):
         # One step of the coroutine, and what its yield asks for.  This runs
