@@ -21,7 +21,8 @@ import statistics
 import sys
 from pathlib import Path
 
-# Bars drawn, in this order, when the run measured them.
+# Bars drawn, in this order, when the run measured them ("baseline" only
+# with --baseline-label: it is snakeloop at some other revision).
 LOOPS = ("snakeloop", "uvloop", "baseline", "snake+C")
 COLOURS = {
     "snakeloop": "#2e7d32",
@@ -63,7 +64,12 @@ def net_ratios(document: dict) -> dict[str, dict[str, float]]:
     return ratios
 
 
-def draw(panels: list[tuple[str, dict[str, dict[str, float]]]], title: str, out: Path) -> None:
+def draw(
+    panels: list[tuple[str, dict[str, dict[str, float]]]],
+    title: str,
+    out: Path,
+    labels: dict[str, str],
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,12 +80,14 @@ def draw(panels: list[tuple[str, dict[str, dict[str, float]]]], title: str, out:
     )
     for axis, (name, ratios) in zip(axes[:, 0], panels, strict=True):
         rows = list(ratios)
-        loops = [loop for loop in LOOPS if any(loop in ratios[row] for row in rows)]
+        loops = [
+            loop for loop in LOOPS if loop in labels and any(loop in ratios[row] for row in rows)
+        ]
         width = 0.8 / max(1, len(loops))
         for i, loop in enumerate(loops):
             xs = [r + (i - (len(loops) - 1) / 2) * width for r in range(len(rows))]
             heights = [ratios[row].get(loop, 0.0) for row in rows]
-            bars = axis.bar(xs, heights, width, label=loop, color=COLOURS[loop])
+            bars = axis.bar(xs, heights, width, label=labels[loop], color=COLOURS[loop])
             axis.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
         axis.axhline(1.0, color="black", linewidth=0.8)
         top = max((v for row in rows for v in ratios[row].values()), default=1.0)
@@ -99,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--net", metavar="FILE", help="JSON from python3 -m benchmarks.net --json")
     parser.add_argument("-o", "--output", default="benchmarks.png", help="the PNG to write")
     parser.add_argument("--title", help="the chart's title (default: the Python that ran it)")
+    parser.add_argument(
+        "--baseline-label",
+        metavar="TEXT",
+        help="also draw the runs' baseline column (snakeloop at --baseline REV), named TEXT",
+    )
     args = parser.parse_args(argv)
     if not args.micro and not args.net:
         parser.error("give --micro FILE, --net FILE or both")
@@ -118,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         f"snakeloop interpreted build, CPython {platform.python_version()}, ratios to the "
         "stdlib loop measured in the same run"
     )
-    draw(panels, title, Path(args.output))
+    labels = {"snakeloop": "snakeloop", "uvloop": "uvloop", "snake+C": "snake+C"}
+    if args.baseline_label:
+        labels["baseline"] = args.baseline_label
+    draw(panels, title, Path(args.output), labels)
     print(f"wrote {args.output}")
     return 0
 
