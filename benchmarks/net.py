@@ -405,7 +405,7 @@ def main(argv=None):
         f"allocator {'fresh' if args.fresh_allocator else 'settled'}; "
         "server CPU per request in µs (lower is better), median over the rounds"
     )
-    header = f"{'workload':<15}" + "".join(f"{name:>10}" for name in loops)
+    header = f"{'workload':<15}" + "".join(f"{name:>11}" for name in loops)
     header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}"
     header += f"{'snake/base':>12}" if args.baseline else ""
     header += f"{'seeded/snake':>14}" if args.seeded else ""
@@ -424,7 +424,7 @@ def main(argv=None):
         cpu = {name: statistics.median(r["cpu_us"] for r in rs) for name, rs in runs.items()}
         rate = statistics.median(r["rate"] for r in runs["snakeloop"])
         row = f"{workload:<15}"
-        row += "".join(f"{cpu[name]:>10.2f}" if name in cpu else f"{'-':>10}" for name in loops)
+        row += "".join(f"{cpu[name]:>11.2f}" if name in cpu else f"{'-':>11}" for name in loops)
         # CPU ratios are "other / snakeloop": above 1, snakeloop is cheaper.
         row += f"{ratio(cpu['stdlib'], cpu['snakeloop']):>14}"
         row += f"{ratio(cpu.get('uvloop', 0), cpu['snakeloop']):>14}"
