@@ -24,7 +24,7 @@ import logging
 from typing import Any
 
 from ._core.runloop import _as_handle, format_handle
-from ._insight.steps import task_stepped_by
+from ._insight.steps import task_stepped_by, where_suspended
 
 __all__ = ["Observer"]
 
@@ -69,11 +69,13 @@ class Observer:
             handle = _as_handle(loop, entry)
             if handle._cancelled:
                 continue
-            if recorder is not None:
-                task, start = recorder.start_of(handle)
-            if instruments is not None:
+            if recorder is not None or instruments is not None:
                 stepped = task_stepped_by(handle._callback)
-                info = self._before(entry, handle, stepped)
+                if recorder is not None:
+                    # Where the task stands now is where a slow step began.
+                    start = None if stepped is None else where_suspended(stepped)
+                if instruments is not None:
+                    info = self._before(entry, handle, stepped)
             if debug:
                 loop._current_handle = handle
             try:
@@ -92,10 +94,10 @@ class Observer:
                 if debug:
                     logger.warning("Executing %s took %.3f seconds", format_handle(handle), dt)
                 if recorder is not None:
-                    recorder.record(handle, dt, task, start)
+                    recorder.record(handle, dt, stepped, start)
         # The traceback of an error raised by the last callback may hold this
         # frame after the return.
-        entry = handle = task = start = stepped = info = None  # type: ignore[assignment]
+        entry = handle = start = stepped = info = None  # type: ignore[assignment]
         if recorder is not None and recorder.window_closed(now()):
             loop._update_observer()
 

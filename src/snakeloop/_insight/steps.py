@@ -20,7 +20,7 @@ from asyncio import tasks as aio_tasks
 from typing import Any
 
 from .._core.futures import Task as _SnakeTask
-from .frames import await_chain, short_path
+from .frames import _STDLIB, await_chain, short_path
 
 _STEP_FUNCTIONS = frozenset(
     {
@@ -32,6 +32,7 @@ _STEP_FUNCTIONS = frozenset(
 )
 _ASYNCIO_DIR = os.path.dirname(aio_tasks.__file__) + os.sep
 _SNAKELOOP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_DIRS = (_STDLIB + os.sep, _SNAKELOOP_DIR)
 
 
 def callback_of(entry: Any) -> Any:
@@ -75,6 +76,15 @@ def where_suspended(task: Any) -> tuple[str, int] | None:
             break
         place = (filename, frame.f_lineno or frame.f_code.co_firstlineno)
     return place
+
+
+def user_frame(frame: Any) -> Any:
+    """The innermost frame of ``frame``'s stack outside the standard library and
+    snakeloop (``frame`` itself when there is none): where a program's own code is."""
+    user = frame
+    while user is not None and user.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        user = user.f_back
+    return frame if user is None else user
 
 
 def place_text(place: tuple[str, int] | None) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import time
 from typing import Any
 
@@ -32,12 +31,6 @@ from . import SlowCallback
 __all__ = ["RING", "WINDOW", "WINDOW_EVERY", "MetricsRecorder"]
 
 logger = logging.getLogger("snakeloop")
-
-# Frames under these directories are not where user code was held.
-_LIBRARY_DIRS = (
-    os.path.dirname(logging.__file__).rsplit(os.sep, 1)[0] + os.sep,
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-)
 
 RING = 32
 WINDOW = 10.0
@@ -112,25 +105,15 @@ class MetricsRecorder:
     def window_closed(self, now: float) -> bool:
         return not self.exact and now >= self._window_until
 
-    def start_of(self, entry: Any) -> tuple[Any, tuple[str, int] | None]:
-        """Before a timed callback runs: its task, and where that task stands."""
-        from .._insight.steps import callback_of, task_stepped_by, where_suspended
-
-        task = task_stepped_by(callback_of(entry))
-        return task, (None if task is None else where_suspended(task))
-
     def record_sampled(self, frame: Any, duration: float) -> SlowCallback:
         """The sampler thread saw the loop thread held at ``frame`` for ``duration``."""
         import asyncio
 
-        from .._insight.steps import coro_qualname, place_text
+        from .._insight.steps import coro_qualname, place_text, user_frame
 
         loop = self._loop
         task = asyncio.current_task(loop)
-        user = frame
-        while user is not None and user.f_code.co_filename.startswith(_LIBRARY_DIRS):
-            user = user.f_back
-        where = frame if user is None else user
+        where = user_frame(frame)
         place = (where.f_code.co_filename, where.f_lineno or where.f_code.co_firstlineno)
         record = SlowCallback(
             duration=duration,
