@@ -80,14 +80,25 @@ class PyRefLoop(asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         super().__init__()
-        self.set_task_factory(_py_task_factory)
+        self.set_task_factory(py_task_factory)
 
     def create_future(self):
         return PyFuture(loop=self)
 
 
-def _py_task_factory(loop, coro, **kwargs):
+def py_task_factory(loop, coro, **kwargs):
+    """A task factory that makes asyncio's pure-Python ``_PyTask``."""
     return PyTask(coro, loop=loop, **kwargs)
+
+
+class MixedTaskFactory:
+    """A task factory that makes tasks of the given classes in turn."""
+
+    def __init__(self, *classes: Any) -> None:
+        self.kinds = itertools.cycle(classes)
+
+    def __call__(self, loop: Any, coro: Any, context: Any = None) -> Any:
+        return next(self.kinds)(coro, loop=loop, context=context)
 
 
 # The seed of the running test's run under --snakeloop-seed/--snakeloop-seeds (the plugin's

@@ -17,31 +17,16 @@ import asyncio
 import dataclasses
 import inspect
 import io
-import itertools
 from typing import Any
 
 import pytest
-from _loopkit import close_loop
+from _loopkit import MixedTaskFactory, close_loop, py_task_factory
 
 import snakeloop
 from snakeloop._core.futures import Task as SnakeTask
 from snakeloop.callgraph import FrameCallGraphEntry, FutureCallGraph
 
 KINDS = ("snakeloop", "c", "stdlib", "stdlib-py", "mixed")
-
-
-def py_task_factory(loop, coro, context=None):
-    return asyncio.tasks._PyTask(coro, loop=loop, context=context)
-
-
-class MixedFactory:
-    """A snakeloop Task, a C Task and a _PyTask in turn."""
-
-    def __init__(self):
-        self.kinds = itertools.cycle((SnakeTask, asyncio.tasks._CTask, asyncio.tasks._PyTask))
-
-    def __call__(self, loop, coro, context=None):
-        return next(self.kinds)(coro, loop=loop, context=context)
 
 
 def make_loop(kind):
@@ -52,7 +37,10 @@ def make_loop(kind):
     if kind == "stdlib-py":
         loop.set_task_factory(py_task_factory)
     elif kind == "mixed":
-        loop.set_task_factory(MixedFactory())
+        # A snakeloop Task, a C Task and a _PyTask in turn.
+        loop.set_task_factory(
+            MixedTaskFactory(SnakeTask, asyncio.tasks._CTask, asyncio.tasks._PyTask)
+        )
     return loop
 
 
