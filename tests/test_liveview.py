@@ -487,16 +487,13 @@ def test_a_process_that_does_not_answer_times_out_with_the_fix_named(tmp_path):
         stale = Path(deaf.env["XDG_RUNTIME_DIR"]) / "snakeloop" / f"{deaf.pid}.json"
         stale.parent.mkdir(mode=0o700)
         stale.write_text(json.dumps({"pid": deaf.pid, "loops": []}))
-        started = time.monotonic()
         done = deaf.snakeloop("top", "--once", "--timeout", "0.5", str(deaf.pid))
-        elapsed = time.monotonic() - started
     assert done.returncode == 1
     assert done.stderr == (
         f"snakeloop top: process {deaf.pid} did not answer SIGUSR1 within 0.5 s: it is not a "
         "snakeloop program with insight enabled, or its main thread is stuck in C code; "
         "start it with python -m snakeloop --insight or call snakeloop.insight.enable()\n"
     )
-    assert elapsed < 20
 
 
 def test_no_such_process(tmp_path):
@@ -626,15 +623,12 @@ def test_snapshots_while_another_thread_churns_tasks(tmp_path, restored_sigusr):
     thread = threading.Thread(target=loop.run_until_complete, args=(churn(),))
     thread.start()
     try:
-        deadline = time.monotonic() + 1.0
-        count = 0
-        while time.monotonic() < deadline:
+        # Snapshots taken while the other thread's loop makes and ends tasks.
+        for _ in range(50):
             signal.raise_signal(signal.SIGUSR1)
             data = json.loads(path.read_text())
             assert all(entry["error"] is None for entry in data["loops"])
-            count += 1
     finally:
         stop.set()
         thread.join(10)
         loop.close()
-    assert count > 5

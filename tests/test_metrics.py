@@ -318,7 +318,7 @@ def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futur
         f"{_place(_blocks_twice, 'between the blocks')} → "
         f"{_place(_blocks_twice, 'after the blocks')}"
     )
-    assert BLOCK <= record.duration < BLOCK + 1.0
+    assert record.duration >= BLOCK
     assert record.callback_label == "step of 'blocker'"
     messages = [r.getMessage() for r in caplog.records if r.name == "snakeloop"]
     assert any("without a pause" in text and f"next {WINDOW:g} s" in text for text in messages)
@@ -514,7 +514,7 @@ def test_sampled_mode_reports_where_the_loop_thread_is_held():
     [record] = [r for r in sampled if r.segment == f"? → {_place(held, 'held here')}"]
     assert record.task_name == "holder"
     assert record.coro_qualname.endswith("held")
-    assert 0.1 <= record.duration <= 0.3 + 1.0
+    assert record.duration >= 0.1
 
 
 def test_sampled_mode_does_not_report_a_loop_waiting_in_a_poll():
