@@ -553,3 +553,20 @@ def test_slow_stretches_between_windows_are_logged_once_per_window_length(caplog
     assert messages[1].endswith("longer than slow_callback_duration (0.100 s)")
     assert messages[2].endswith("; 2 more such stretches since the last message")
     assert "timing every callback" in messages[3]
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_a_wait_without_a_timer_is_timed_only_with_metrics_on(metrics):
+    loop = snakeloop.new_event_loop(metrics=metrics)
+    try:
+        woken = loop.create_future()
+        # No timer is pending: the loop waits in a poll without a timeout.
+        timer = threading.Timer(0.05, loop.call_soon_threadsafe, (woken.set_result, None))
+        timer.start()
+        loop.run_until_complete(woken)
+        timer.join()
+        idle = loop._counters.idle
+    finally:
+        loop.close()
+    # metrics=False makes no clock read around such a wait.
+    assert (idle > 0.0) if metrics else (idle == 0.0)
