@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle, TimerHandle
+from ._core.runloop import COMPILED
 from .callgraph import capture_call_graph, format_call_graph, print_call_graph
 from .clock import Clock, MonotonicClock
 from .exceptions import DeadlockError, StallError, VirtualTimeoutError
@@ -18,6 +19,7 @@ from .runner import EventLoopPolicy, Runner, install, loop_factory, new_event_lo
 from .virtualclock import VirtualClock
 
 __all__ = [
+    "COMPILED",
     "CallbackInfo",
     "Clock",
     "DeadlockError",

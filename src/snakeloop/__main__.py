@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import runpy
 import shlex
 import sys
@@ -38,6 +39,7 @@ USAGE = (
     "usage: python -m snakeloop [options] SCRIPT [ARGS...]\n"
     "       python -m snakeloop [options] -m MODULE [ARGS...]\n"
     "       python -m snakeloop ps|pstree|top PID [--json]\n"
+    "       python -m snakeloop --version\n"
     "Runs an asyncio program with snakeloop as its event loop.\n"
     "  --insight       SIGUSR1 makes the program write a snapshot of its loops, for\n"
     "                  python -m snakeloop ps|pstree|top PID\n"
@@ -97,11 +99,23 @@ def _parse_options(args: list[str]) -> tuple[dict[str, Any], list[str]] | str:
     return options, args
 
 
+def version_text() -> str:
+    """``snakeloop 0.1.0, compiled build, CPython 3.11.7``: what ``--version`` prints."""
+    from . import COMPILED, __version__
+
+    build = "compiled build" if COMPILED else "pure-Python build"
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"snakeloop {__version__}, {build}, {python}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
+    if args[0] == "--version":
+        print(version_text())
+        return 0
     if args[0] in _COMMANDS:
         from ._insight.commands import main as command_main
 

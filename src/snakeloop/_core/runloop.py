@@ -74,6 +74,10 @@ import threading
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from . import cythonshim as cython
 from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .counters import LoopCounters
@@ -86,7 +90,11 @@ if TYPE_CHECKING:
 
     _Ts = TypeVarTuple("_Ts")
 
-__all__ = ["CoreLoop", "plain_queue"]
+__all__ = ["COMPILED", "CoreLoop", "plain_queue"]
+
+# True when this module runs compiled.  setup.py compiles the core's modules all
+# together or none of them, so this says which build is running.
+COMPILED: bool = cython.compiled
 
 logger = logging.getLogger("asyncio")
 
