@@ -260,13 +260,13 @@ def _compile_time_cython_lines(source: str) -> set[int]:
     """
     lines = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Constant):
-            if node.test.value is False and node.orelse:
-                for inner in node.body:
-                    if isinstance(inner, ast.Import) and [a.name for a in inner.names] == [
-                        "cython"
-                    ]:
-                        lines.add(inner.lineno)
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Constant)):
+            continue
+        if node.test.value is not False or not node.orelse:
+            continue
+        for inner in node.body:
+            if isinstance(inner, ast.Import) and [a.name for a in inner.names] == ["cython"]:
+                lines.add(inner.lineno)
     return lines
 
 
