@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import baseline, workloads
+from . import baseline, compiled, workloads
 from .workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,6 +39,24 @@ def describe_snakeloop(module):
     except ValueError:
         pass
     return f"{version} {build} build, from {where}".strip()
+
+
+def add_compiled(loops, args):
+    """Add the "compiled" column: this checkout compiled (benchmarks.compiled); its note."""
+    if args.installed:
+        return "left out with --installed (the installed build is the snakeloop column)"
+    try:
+        directory = compiled.build()
+        module = compiled.load(directory)
+    except RuntimeError as exc:
+        return f"not built: {exc}; skipped"
+    loops.append(("compiled", module.new_event_loop))
+    where = Path(directory)
+    try:
+        where = where.relative_to(REPO)
+    except ValueError:
+        pass
+    return f"{describe_snakeloop(module).split(', from ')[0]} of src/, from {where}"
 
 
 def load_factory(spec):
@@ -88,6 +106,9 @@ def find_loops(args):
                 loops.append(("baseline", old.new_event_loop))
                 build = describe_snakeloop(old).split(", from ")[0]
                 notes.append(f"baseline:  snakeloop at {args.baseline}, {build}")
+    if not args.no_compiled:
+        note = add_compiled(loops, args)
+        notes.append(f"compiled:  {note}")
 
     if not args.no_uvloop:
         try:
@@ -175,6 +196,11 @@ def main(argv=None):
         "--stdlib-futures", action="store_true", help="also run snakeloop with stdlib_futures=True"
     )
     parser.add_argument("--no-uvloop", action="store_true", help="leave uvloop out")
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="leave out the compiled build of this checkout (built with Cython when missing)",
+    )
     parser.add_argument(
         "--installed",
         action="store_true",

@@ -49,9 +49,11 @@ from .serverproc import (
     PLACEMENTS,
     REPO,
     available_loops,
+    build_compiled,
     cpu_ns,
     new_loop,
     settle_allocator,
+    src_build,
 )
 
 RESEND_AFTER = 0.2
@@ -254,6 +256,11 @@ def main(argv=None):
     parser.add_argument("--clients", type=int, default=50, help="sockets, one datagram each")
     parser.add_argument("--size", type=int, default=1024, help="datagram size in bytes")
     parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="same")
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="leave out the compiled build of this checkout (built with Cython when missing)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=8, help=argparse.SUPPRESS)
@@ -269,10 +276,12 @@ def main(argv=None):
         parser.error("--placement split needs two CPUs")
 
     seconds, rounds = (1.0, 1) if args.quick else (args.seconds, args.rounds)
-    loops = available_loops()
+    has_compiled, compiled_note = build_compiled(args.no_compiled)
+    loops = available_loops(compiled=has_compiled)
     print(
         f"# Python {platform.python_version()}, UDP echo {args.size} B, {args.clients} client "
-        f"sockets, {rounds} round(s) of {seconds:g} s; placement {args.placement}"
+        f"sockets, {rounds} round(s) of {seconds:g} s; placement {args.placement}\n"
+        f"# snakeloop: {src_build()} build of src/; {compiled_note}"
     )
     samples = {name: [] for name in loops}
     for round_ in range(rounds):

@@ -23,9 +23,10 @@ from pathlib import Path
 
 # Bars drawn, in this order, when the run measured them ("baseline" only
 # with --baseline-label: it is snakeloop at some other revision).
-LOOPS = ("snakeloop", "uvloop", "baseline", "snake+C")
+LOOPS = ("snakeloop", "compiled", "uvloop", "baseline", "snake+C")
 COLOURS = {
     "snakeloop": "#2e7d32",
+    "compiled": "#f9a825",
     "uvloop": "#1565c0",
     "baseline": "#9e9e9e",
     "snake+C": "#81c784",
@@ -128,10 +129,15 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     title = args.title or (
-        f"snakeloop interpreted build, CPython {platform.python_version()}, ratios to the "
-        "stdlib loop measured in the same run"
+        f"snakeloop, pure and compiled builds, CPython {platform.python_version()}, ratios "
+        "to the stdlib loop measured in the same run"
     )
-    labels = {"snakeloop": "snakeloop", "uvloop": "uvloop", "snake+C": "snake+C"}
+    labels = {
+        "snakeloop": "snakeloop (pure)",
+        "compiled": "snakeloop (compiled)",
+        "uvloop": "uvloop",
+        "snake+C": "snake+C",
+    }
     if args.baseline_label:
         labels["baseline"] = args.baseline_label
     draw(panels, title, Path(args.output), labels)

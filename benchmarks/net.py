@@ -49,9 +49,11 @@ from .serverproc import (
     REPO,
     SEEDED_PERTURB_ENV,
     available_loops,
+    build_compiled,
     cpu_ns,
     new_loop,
     settle_allocator,
+    src_build,
 )
 
 HTTP_REQUEST = b"GET /hello HTTP/1.1\r\nHost: bench\r\n\r\n"
@@ -373,6 +375,11 @@ def main(argv=None):
         metavar="REV",
         help="also run snakeloop as it is at this git revision (before/after in one run)",
     )
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="leave out the compiled build of this checkout (built with Cython when missing)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -396,17 +403,20 @@ def main(argv=None):
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     if args.baseline:
         baseline.extract(args.baseline)  # its directory is inherited by the servers
+    has_compiled, compiled_note = build_compiled(args.no_compiled)
     loops = available_loops(
-        args.stdlib_futures, bool(args.baseline), bool(args.seeded), args.metrics_off
+        args.stdlib_futures, bool(args.baseline), bool(args.seeded), args.metrics_off, has_compiled
     )
     print(
-        f"# Python {platform.python_version()}, snakeloop interpreted build; "
+        f"# Python {platform.python_version()}, snakeloop: {src_build()} build of src/; "
+        f"{compiled_note}; "
         f"placement {args.placement}; {rounds} round(s) of {seconds:g} s; "
         f"allocator {'fresh' if args.fresh_allocator else 'settled'}; "
         "server CPU per request in µs (lower is better), median over the rounds"
     )
     header = f"{'workload':<15}" + "".join(f"{name:>11}" for name in loops)
     header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}"
+    header += f"{'comp/uvloop':>13}" if has_compiled else ""
     header += f"{'snake/base':>12}" if args.baseline else ""
     header += f"{'seeded/snake':>14}" if args.seeded else ""
     header += f"{'on/off':>10}" if args.metrics_off else ""
@@ -428,6 +438,8 @@ def main(argv=None):
         # CPU ratios are "other / snakeloop": above 1, snakeloop is cheaper.
         row += f"{ratio(cpu['stdlib'], cpu['snakeloop']):>14}"
         row += f"{ratio(cpu.get('uvloop', 0), cpu['snakeloop']):>14}"
+        if has_compiled:
+            row += f"{ratio(cpu.get('uvloop', 0), cpu['compiled']):>13}"
         if args.baseline:
             row += f"{ratio(cpu['baseline'], cpu['snakeloop']):>12}"
         if args.seeded:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +37,10 @@ def new_loop(name):
         from . import baseline
 
         return baseline.load().new_event_loop()
+    if name == "compiled":
+        from . import compiled
+
+        return compiled.load().new_event_loop()
     sys.path.insert(0, str(REPO / "src"))
     import snakeloop
 
@@ -46,10 +51,15 @@ def new_loop(name):
     return snakeloop.new_event_loop(stdlib_futures=name == "snake+C")
 
 
-def available_loops(stdlib_futures=False, baseline=False, seeded=False, metrics_off=False):
+def available_loops(
+    stdlib_futures=False, baseline=False, seeded=False, metrics_off=False, compiled=False
+):
     """stdlib and snakeloop (and snake+C, seeded, no-metrics if asked), snakeloop at the
-    --baseline revision, uvloop when it imports, and "raw"."""
+    --baseline revision, the compiled build of src/ (benchmarks.compiled), uvloop when it
+    imports, and "raw"."""
     loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
+    if compiled:
+        loops.append("compiled")
     if seeded:
         loops.append("seeded")
     if metrics_off:
@@ -63,6 +73,26 @@ def available_loops(stdlib_futures=False, baseline=False, seeded=False, metrics_
     else:
         loops.append("uvloop")
     return loops + ["raw"]
+
+
+def src_build():
+    """Which build the snakeloop column runs: src/ is pure unless compiled in place."""
+    core = REPO / "src" / "snakeloop" / "_core"
+    compiled_in_place = any((core / f"runloop{suffix}").exists() for suffix in EXTENSION_SUFFIXES)
+    return "compiled in place" if compiled_in_place else "pure-Python"
+
+
+def build_compiled(no_compiled):
+    """Build the "compiled" column's copy unless told not to: (available, header note)."""
+    if no_compiled:
+        return False, "compiled: left out (--no-compiled)"
+    from . import compiled
+
+    try:
+        compiled.build()  # its directory is inherited by the servers
+    except RuntimeError as exc:
+        return False, f"compiled: not built: {exc}; skipped"
+    return True, "compiled: src/ compiled by Cython (benchmarks.compiled)"
 
 
 # Set (by --seeded) in the servers' environment: what the seeded server perturbs.

@@ -1,0 +1,109 @@
+"""This checkout's snakeloop compiled, beside the pure one, so both are measured in one run.
+
+setup.py compiles the modules it lists in ``COMPILED_MODULES`` when snakeloop is installed.
+To put that build in a column beside the pure one, measured interleaved with it, this
+module copies ``src/snakeloop`` to a package named ``snakeloop_compiled`` (the package
+imports itself only relatively, as ``baseline`` relies on too) and compiles the same
+modules there with Cython, with setup.py's directives.  The copy is kept under
+``build/bench-compiled/``, keyed by the source, the Python and the Cython version, so a
+second run of an unchanged tree compiles nothing.
+
+Compiling needs Cython and setuptools (the ``bench`` extra) and a C compiler.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "snakeloop_compiled"
+# Where the compiled copy lies, for the benchmark's server processes (benchmarks.net).
+DIRECTORY_ENV = "SNAKELOOP_BENCH_COMPILED_DIR"
+_SOURCE_SUFFIXES = (".py", ".pxd")
+
+
+def setup_literal(name: str) -> object:
+    """The value of the top-level assignment ``name = <literal>`` in setup.py."""
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+            name
+        ]:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"setup.py has no literal assignment to {name}")
+
+
+def _source_files(source: Path) -> list[Path]:
+    return sorted(
+        path
+        for path in source.rglob("*")
+        if path.suffix in _SOURCE_SUFFIXES and "__pycache__" not in path.parts
+    )
+
+
+def _key(source: Path, cython_version: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{sys.version}\0{cython_version}\0".encode())
+    digest.update(repr(setup_literal("CYTHON_DIRECTIVES")).encode())
+    for path in _source_files(source):
+        digest.update(str(path.relative_to(source)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build(source: Path | None = None) -> Path:
+    """The directory holding ``snakeloop_compiled``, compiled from ``source``.
+
+    Raises RuntimeError, with what is missing, when it cannot be built.
+    """
+    source = source or REPO / "src" / "snakeloop"
+    try:
+        import Cython
+    except ImportError:
+        raise RuntimeError("Cython is not installed (python3 -m pip install '.[bench]')") from None
+    directory = REPO / "build" / "bench-compiled" / _key(source, Cython.__version__)
+    done = directory / "compiled"
+    if not done.exists():
+        shutil.rmtree(directory, ignore_errors=True)
+        package = directory / PACKAGE
+        package.mkdir(parents=True)
+        for path in _source_files(source):
+            target = package / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = path.read_text()
+            if path.suffix == ".pxd":  # an absolute cimport must name the copy
+                text = text.replace("snakeloop.", PACKAGE + ".")
+            target.write_text(text)
+        modules = setup_literal("COMPILED_MODULES")
+        assert isinstance(modules, list)
+        files = [str(package.joinpath(*name.split(".")[1:]).with_suffix(".py")) for name in modules]
+        directives = setup_literal("CYTHON_DIRECTIVES")
+        assert isinstance(directives, dict)
+        command = [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-q"]
+        command += [f"--directive={key}={value}" for key, value in directives.items()]
+        result = subprocess.run(
+            command + files, cwd=directory, capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"compiling failed:\n{result.stdout}{result.stderr}")
+        done.write_text("\n".join(modules) + "\n")
+    os.environ[DIRECTORY_ENV] = str(directory)
+    return directory
+
+
+def load(directory: Path | str | None = None):
+    """The compiled copy as a module; ``directory`` defaults to the one ``build`` made."""
+    directory = str(directory or os.environ[DIRECTORY_ENV])
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    module = importlib.import_module(PACKAGE)
+    if not module.COMPILED:
+        raise RuntimeError(f"{PACKAGE} in {directory} imported uncompiled")
+    return module
