@@ -118,6 +118,14 @@ def find_loops(args):
         else:
             loops.append(("uvloop", uvloop.new_event_loop))
             notes.append(f"uvloop:    {getattr(uvloop, '__version__', '?')}")
+    if not args.no_rloop:
+        try:
+            import rloop
+        except ImportError:
+            notes.append("rloop:     not installed; skipped")
+        else:
+            loops.append(("rloop", rloop.new_event_loop))
+            notes.append(f"rloop:     {getattr(rloop, '__version__', '?')}")
     return loops, notes
 
 
@@ -129,6 +137,14 @@ def measure(function, factory, scale):
     finally:
         loop.close()
     return operations / seconds
+
+
+def geomean_ratio(summary, label):
+    """The geometric mean over the workloads of label's rate / stdlib's, as text."""
+    ratios = [m[label] / m["stdlib"] for m in summary.values() if label in m and "stdlib" in m]
+    if len(ratios) != len(summary):
+        return "-"
+    return f"{statistics.geometric_mean(ratios):.2f}x"
 
 
 def human(rate):
@@ -196,6 +212,7 @@ def main(argv=None):
         "--stdlib-futures", action="store_true", help="also run snakeloop with stdlib_futures=True"
     )
     parser.add_argument("--no-uvloop", action="store_true", help="leave uvloop out")
+    parser.add_argument("--no-rloop", action="store_true", help="leave rloop out")
     parser.add_argument(
         "--no-compiled",
         action="store_true",
@@ -259,6 +276,9 @@ def main(argv=None):
                 for label in others
             )
             print(f"  {name:<10}{cells}")
+        if len(summary) > 1:
+            cells = "".join(f"{geomean_ratio(summary, label):>11}" for label in others)
+            print(f"  {'geomean':<10}{cells}")
     if "baseline" in others and "snakeloop" in others:
         print("\nsnakeloop (this tree) to baseline (median rates):")
         for name, medians in summary.items():

@@ -3,7 +3,7 @@
     python -m benchmarks.net [--quick] [--only tcp-1k-1,...] [--seconds S]
                              [--rounds N] [--placement same|split] [--json FILE]
 
-For each workload and each server (stdlib, snakeloop, uvloop when
+For each workload and each server (stdlib, snakeloop, its compiled build, uvloop and rloop when
 importable, and "raw", a hand-written epoll server with no event loop, the
 floor a Python loop can reach) the server runs in its own process and a
 client process loads it over loopback, each connection keeping one request
@@ -156,6 +156,8 @@ def serve_loop(loop_name, kind, family, address):
     loop = new_loop(loop_name)
     asyncio.set_event_loop(loop)
     sock = listen(family, address)
+    # Read before the server takes the socket: rloop detaches the socket object it is given.
+    where = address if family == "unix" else sock.getsockname()[1]
 
     async def main():
         if kind == "streams":
@@ -163,7 +165,6 @@ def serve_loop(loop_name, kind, family, address):
         else:
             factory = HttpProtocol if kind == "http" else EchoProtocol
             server = await loop.create_server(factory, sock=sock)
-        where = address if family == "unix" else sock.getsockname()[1]
         print(f"ready {where}", flush=True)
         # Serve until the parent closes our stdin.
         await loop.run_in_executor(None, sys.stdin.read)
@@ -450,6 +451,19 @@ def main(argv=None):
             row += f"{ratio(cpu['no-metrics'], cpu['snakeloop']):>10}"
         row += f"{rate:>12.0f}"
         print(row, flush=True)
+    speedups = {}  # loop -> [stdlib's CPU per request / the loop's, per workload]
+    for runs in samples.values():
+        base = statistics.median(r["cpu_us"] for r in runs["stdlib"])
+        for name, rs in runs.items():
+            speedups.setdefault(name, []).append(base / statistics.median(r["cpu_us"] for r in rs))
+    print(
+        "# geometric mean over the workloads of stdlib's CPU per request / the server's: "
+        + ", ".join(
+            f"{name} {statistics.geometric_mean(values):.2f}x"
+            for name, values in speedups.items()
+            if name != "raw" and len(values) == len(samples)
+        )
+    )
     print(
         "# ratios: the other server's CPU per request divided by snakeloop's"
         " (above 1: snakeloop is cheaper); raw: no event loop, shown where it applies"

@@ -33,6 +33,10 @@ def new_loop(name):
         import uvloop
 
         return uvloop.new_event_loop()
+    if name == "rloop":
+        import rloop
+
+        return rloop.new_event_loop()
     if name == "baseline":
         from . import baseline
 
@@ -55,8 +59,8 @@ def available_loops(
     stdlib_futures=False, baseline=False, seeded=False, metrics_off=False, compiled=False
 ):
     """stdlib and snakeloop (and snake+C, seeded, no-metrics if asked), snakeloop at the
-    --baseline revision, the compiled build of src/ (benchmarks.compiled), uvloop when it
-    imports, and "raw"."""
+    --baseline revision, the compiled build of src/ (benchmarks.compiled), uvloop and rloop
+    when they import, and "raw"."""
     loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
     if compiled:
         loops.append("compiled")
@@ -66,12 +70,13 @@ def available_loops(
         loops.append("no-metrics")
     if baseline:
         loops.append("baseline")
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        loops.append("uvloop")
+    for peer in ("uvloop", "rloop"):
+        try:
+            __import__(peer)
+        except ImportError:
+            pass
+        else:
+            loops.append(peer)
     return loops + ["raw"]
 
 
