@@ -279,6 +279,19 @@ def main(argv=None):
         if len(summary) > 1:
             cells = "".join(f"{geomean_ratio(summary, label):>11}" for label in others)
             print(f"  {'geomean':<10}{cells}")
+    idle_rows = [name for name in summary if name.startswith("chain+") and "chain" in summary]
+    if idle_rows:
+        print("\nchain with idle timers pending, as a share of the same loop's chain rate:")
+        labels = [label for label, _ in loops]
+        print(f"  {'workload':<10}" + "".join(f"{label:>11}" for label in labels))
+        for name in idle_rows:
+            cells = "".join(
+                f"{summary[name][label] / summary['chain'][label]:>10.0%} "
+                if label in summary[name] and label in summary["chain"]
+                else f"{'-':>11}"
+                for label in labels
+            )
+            print(f"  {name:<10}{cells}")
     if "baseline" in others and "snakeloop" in others:
         print("\nsnakeloop (this tree) to baseline (median rates):")
         for name, medians in summary.items():

@@ -163,6 +163,46 @@ def gather_10k(loop, scale):
     return width * rounds, loop.run_until_complete(main())
 
 
+def async_tree(loop, scale):
+    """A tree of tasks, 5 levels below the root with 5 children a node: each inner node
+    gathers its children, each leaf awaits ``sleep(0)``. Counted: tasks (every node but
+    the root, which runs as the main coroutine)."""
+    levels, fanout = 5, 5
+    rounds = max(1, int(8 * scale))
+
+    async def node(level):
+        if level:
+            await asyncio.gather(*[node(level - 1) for _ in range(fanout)])
+        else:
+            await asyncio.sleep(0)
+
+    async def main():
+        started = clock()
+        for _ in range(rounds):
+            await node(levels)
+        return clock() - started
+
+    tasks = sum(fanout**level for level in range(1, levels + 1))
+    return tasks * rounds, loop.run_until_complete(main())
+
+
+def _chain_with_idle_timers(pending):
+    def chain_with_idle_timers(loop, scale):
+        # Timers an hour away never fire; each iteration still has a timer heap to look at.
+        handles = [loop.call_later(3600.0 + i * 1e-3, _noop) for i in range(pending)]
+        try:
+            return call_soon_chain(loop, scale)
+        finally:
+            for handle in handles:
+                handle.cancel()
+
+    chain_with_idle_timers.__doc__ = (
+        f"The call_soon chain with {pending:,} timers pending an hour away: what waiting "
+        "timers cost each iteration (compare with the chain row of the same loop)."
+    )
+    return chain_with_idle_timers
+
+
 # name, title, unit, function: in the order they are run and printed.
 WORKLOADS = [
     ("chain", "call_soon chain, 1 in flight", "callbacks/s", call_soon_chain),
@@ -171,4 +211,23 @@ WORKLOADS = [
     ("spawn", "task spawn + await", "tasks/s", task_spawn_await),
     ("sleep0", "sleep(0) among 1000 tasks", "switches/s", sleep0_switches),
     ("gather", "gather of 10k tasks", "tasks/s", gather_10k),
+    ("async_tree", "tree of gathered tasks, 5 levels of 5", "tasks/s", async_tree),
+    (
+        "chain+1k",
+        "call_soon chain, 1k idle timers pending",
+        "callbacks/s",
+        _chain_with_idle_timers(1_000),
+    ),
+    (
+        "chain+10k",
+        "call_soon chain, 10k idle timers pending",
+        "callbacks/s",
+        _chain_with_idle_timers(10_000),
+    ),
+    (
+        "chain+100k",
+        "call_soon chain, 100k idle timers pending",
+        "callbacks/s",
+        _chain_with_idle_timers(100_000),
+    ),
 ]
