@@ -214,7 +214,9 @@ def _r_sig_3(loop):
     threads = [threading.Thread(target=flood) for _ in range(4)]
     # A loop that cannot keep up with the flood never reaches its timers:
     # stopping the flood after a deadline turns that into a failure, not a hang.
-    watchdog = threading.Timer(20.0, stop.set)
+    # The probe takes a few seconds alone; CI runs two test sessions at once on
+    # two cores, and 20 s was seen too short there with other work loading them.
+    watchdog = threading.Timer(60.0, stop.set)
     # The stdlib's C handler reports each dropped wakeup byte as unraisable.
     with contextlib.ExitStack() as stack:
         dropped_bytes = stack.enter_context(_count_unraisable())
