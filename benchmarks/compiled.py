@@ -3,17 +3,17 @@
 setup.py compiles the modules it lists in ``COMPILED_MODULES`` when snakeloop is installed.
 To put that build in a column beside the pure one, measured interleaved with it, this
 module copies ``src/snakeloop`` to a package named ``snakeloop_compiled`` (the package
-imports itself only relatively, as ``baseline`` relies on too) and compiles the same
-modules there with Cython, with setup.py's directives.  The copy is kept under
-``build/bench-compiled/``, keyed by the source, the Python and the Cython version, so a
-second run of an unchanged tree compiles nothing.
+imports itself only relatively, as ``baseline`` relies on too) and has setup.py compile the
+same modules of the copy (``build_ext``, with the module names renamed), so the column is
+what ``pip install .`` builds.  The copy is kept under ``build/bench-compiled/``, keyed by
+the source, setup.py, the Python and the Cython version, so a second run of an unchanged
+tree compiles nothing.
 
 Compiling needs Cython and setuptools (the ``bench`` extra) and a C compiler.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib
 import os
@@ -29,17 +29,6 @@ DIRECTORY_ENV = "SNAKELOOP_BENCH_COMPILED_DIR"
 _SOURCE_SUFFIXES = (".py", ".pxd")
 
 
-def setup_literal(name: str) -> object:
-    """The value of the top-level assignment ``name = <literal>`` in setup.py."""
-    tree = ast.parse((REPO / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
-            name
-        ]:
-            return ast.literal_eval(node.value)
-    raise LookupError(f"setup.py has no literal assignment to {name}")
-
-
 def _source_files(source: Path) -> list[Path]:
     return sorted(
         path
@@ -51,7 +40,7 @@ def _source_files(source: Path) -> list[Path]:
 def _key(source: Path, cython_version: str) -> str:
     digest = hashlib.sha256()
     digest.update(f"{sys.version}\0{cython_version}\0".encode())
-    digest.update(repr(setup_literal("CYTHON_DIRECTIVES")).encode())
+    digest.update((REPO / "setup.py").read_bytes() + b"\0")
     for path in _source_files(source):
         digest.update(str(path.relative_to(source)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
@@ -72,8 +61,7 @@ def build(source: Path | None = None) -> Path:
     done = directory / "compiled"
     if not done.exists():
         shutil.rmtree(directory, ignore_errors=True)
-        package = directory / PACKAGE
-        package.mkdir(parents=True)
+        package = directory / "src" / PACKAGE
         for path in _source_files(source):
             target = package / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -81,21 +69,24 @@ def build(source: Path | None = None) -> Path:
             if path.suffix == ".pxd":  # an absolute cimport must name the copy
                 text = text.replace("snakeloop.", PACKAGE + ".")
             target.write_text(text)
-        modules = setup_literal("COMPILED_MODULES")
-        assert isinstance(modules, list)
-        files = [str(package.joinpath(*name.split(".")[1:]).with_suffix(".py")) for name in modules]
-        directives = setup_literal("CYTHON_DIRECTIVES")
-        assert isinstance(directives, dict)
-        command = [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-q"]
-        command += [f"--directive={key}={value}" for key, value in directives.items()]
+        # setup.py reads a module's source from src/ by its name: renamed, the copy's.
+        setup = (REPO / "setup.py").read_text().replace('"snakeloop.', f'"{PACKAGE}.')
+        (directory / "setup.py").write_text(setup)
         result = subprocess.run(
-            command + files, cwd=directory, capture_output=True, text=True, check=False
+            [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "lib"],
+            cwd=directory,
+            env={**os.environ, "SNAKELOOP_REQUIRE_EXTENSIONS": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             raise RuntimeError(f"compiling failed:\n{result.stdout}{result.stderr}")
-        done.write_text("\n".join(modules) + "\n")
-    os.environ[DIRECTORY_ENV] = str(directory)
-    return directory
+        # The extensions are in lib/; the rest of the package joins them there.
+        shutil.copytree(package, directory / "lib" / PACKAGE, dirs_exist_ok=True)
+        done.write_text("")
+    os.environ[DIRECTORY_ENV] = str(directory / "lib")
+    return directory / "lib"
 
 
 def load(directory: Path | str | None = None):
