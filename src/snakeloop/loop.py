@@ -47,7 +47,7 @@ from contextvars import Context
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
-from ._core.handles import Handle
+from ._core.handles import Handle, skip_when_recording
 from ._core.runloop import CoreLoop
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
@@ -942,11 +942,13 @@ class Loop(
             if self._task_class is Task:
                 # Task(coro, loop=self, ...) without the keyword-argument call.
                 task: Any = _new_object(Task)
-                task._setup(coro, self, name, context, False, 1)
+                # asyncio's pure-Python Task, made in its create_task, drops
+                # two frames from its record (see Task._setup).
+                task._setup(coro, self, name, context, False, 2)
             else:
                 task = self._task_class(coro, loop=self, name=name, context=context)
-            if task._source_traceback:
-                del task._source_traceback[-1]
+                if task._source_traceback:
+                    del task._source_traceback[-1]
             return task
         if self._instrument_tasks is not None:
             return self._create_task_seen_by_instruments(factory, coro, name, context)
@@ -1250,3 +1252,8 @@ class Loop(
         from .insight import report
 
         return report(self, file, format)
+
+
+# Debug mode's record of where a task or timer was made starts at the caller
+# of these, as it starts at the caller of asyncio's create_task and call_at.
+skip_when_recording(Loop.create_task, Loop._create_task_recording_site, Loop._push_timer_in_a_tie)

@@ -81,7 +81,7 @@ else:
 from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .counters import LoopCounters
-from .handles import Handle, TimerHandle
+from .handles import Handle, TimerHandle, shorten_source_traceback, skip_when_recording
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -280,7 +280,8 @@ class CoreLoop:
             self._check_callback(callback, "call_soon")
         handle = Handle(callback, args, self, context)
         if handle._source_traceback:
-            del handle._source_traceback[-1]
+            # asyncio's goes through _call_soon: two frames of its own.
+            shorten_source_traceback(handle._source_traceback, 2)
         self._ready.append(handle)
         return handle
 
@@ -297,7 +298,8 @@ class CoreLoop:
             self._check_callback(callback, "call_soon_threadsafe")
         handle = Handle(callback, args, self, context)
         if handle._source_traceback:
-            del handle._source_traceback[-1]
+            # asyncio's goes through _call_soon: two frames of its own.
+            shorten_source_traceback(handle._source_traceback, 2)
         # deque.append is atomic.  The wakeup is written every time, not only
         # when the loop sleeps: the syscall also hands the GIL over, so
         # threads flooding the loop with callbacks cannot outrun it and grow
@@ -320,7 +322,11 @@ class CoreLoop:
         """Run ``callback(*args)`` after ``delay`` seconds."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self._push_timer(self._now() + delay, callback, args, context)
+        timer = self._push_timer(self._now() + delay, callback, args, context)
+        if timer._source_traceback:
+            # asyncio's call_later goes through its call_at: one more frame.
+            shorten_source_traceback(timer._source_traceback, 3)
+        return timer
 
     def call_at(
         self,
@@ -345,8 +351,8 @@ class CoreLoop:
             self._check_callback(callback, "call_at")
         timer = TimerHandle(when, callback, args, self, context)
         if timer._source_traceback:
-            # Drop the frames of _push_timer and call_later/call_at.
-            del timer._source_traceback[-2:]
+            # asyncio's call_at has TimerHandle's __init__ and its own.
+            shorten_source_traceback(timer._source_traceback, 2)
         timers = self._timers
         entry = timers.get(when)
         if entry is None:
@@ -861,3 +867,13 @@ class CoreLoop:
         heapq.heapify(kept)
         self._timer_cancelled_count = 0
         return kept
+
+
+if not cython.compiled:
+    skip_when_recording(
+        CoreLoop.call_soon,
+        CoreLoop.call_soon_threadsafe,
+        CoreLoop.call_later,
+        CoreLoop.call_at,
+        CoreLoop._push_timer,
+    )
