@@ -433,7 +433,8 @@ class Loop(
             if recorder is not None and recorder.mode == "sampled":
                 from .metrics.sampler import Sampler
 
-                sampler = Sampler(self, recorder)
+                # This frame calls the run loop, which, compiled, has none.
+                sampler = Sampler(self, recorder, sys._getframe())
             if self._instrument_tasks is not None or self._ready.__class__ is not collections.deque:
                 self._switch_ready()
             instruments = self._instrument_set
