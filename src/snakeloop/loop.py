@@ -710,9 +710,14 @@ class Loop(
         return [] if self._schedule is None else self._schedule.trace()  # type: ignore[no-any-return]
 
     def _push_timer_in_a_tie(
-        self, when: float, callback: Callable[..., object], args: Any, context: Context | None
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: Any,
+        context: Context | None,
+        hidden: int,
     ) -> asyncio.TimerHandle:
-        timer = CoreLoop._push_timer(self, when, callback, args, context)
+        timer = CoreLoop._push_timer(self, when, callback, args, context, hidden)
         entry = self._timers.get(when)
         if entry.__class__ is list:
             count = len(entry)
