@@ -96,7 +96,9 @@ logger = logging.getLogger("asyncio")
 # only set a name that was given.
 _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
-_new_object = object.__new__
+# A task without __init__ (create_task calls Task._setup itself): object.__new__
+# interpreted; compiled, Task's own, since object's refuses a C type.
+_new_task = Task.__new__
 
 IO_LATENCY_NEEDS_VIRTUAL_TIME = (
     "perturb 'io_latency' delays readiness by virtual seconds: give the loop a VirtualClock, "
@@ -386,7 +388,9 @@ class Loop(
         )
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        if not getattr(self, "_closed", True):  # True: __init__ failed before the core's
+        # No ready queue: __init__ failed before the core's (interpreted, the
+        # attribute is missing; compiled, the core's fields hold None until then).
+        if getattr(self, "_ready", None) is not None and not self._closed:
             _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
             if not self.is_running():
                 self.close()
@@ -947,7 +951,7 @@ class Loop(
         if factory is None:
             if self._task_class is Task:
                 # Task(coro, loop=self, ...) without the keyword-argument call.
-                task: Any = _new_object(Task)
+                task: Any = _new_task(Task)
                 # asyncio's pure-Python Task, made in its create_task, drops
                 # two frames from its record (see Task._setup).
                 task._setup(coro, self, name, context, False, 2)

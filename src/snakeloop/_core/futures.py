@@ -107,6 +107,18 @@ def _schedule(loop, callback, arg, context):
         loop.call_soon(callback, arg, context=context)
 
 
+def _not_initialized(fut, name):
+    """Raise what reading the unset slot ``name`` of ``fut`` raises interpreted.
+
+    A future made by ``__new__`` alone has no attributes there; compiled,
+    its fields hold None, which the methods that asyncio keeps working on
+    such an object check for.
+    """
+    raise AttributeError(
+        f"'{type(fut).__name__}' object has no attribute '{name}'", name=name, obj=fut
+    )
+
+
 def _future_loop(fut):
     try:
         get_loop = fut.get_loop
@@ -256,6 +268,8 @@ class Future(_TypingOnlyGeneric[_T]):
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             return False
         self._state = _CANCELLED
         self._cancel_message = msg
@@ -304,11 +318,19 @@ class Future(_TypingOnlyGeneric[_T]):
         except AttributeError:  # never initialized: pending
             return False
 
-    def done(self) -> bool:
-        try:
-            return self._state != _PENDING
-        except AttributeError:  # never initialized: pending
-            return False
+    if cython.compiled:
+
+        def done(self) -> bool:
+            state = self._state
+            return state is not None and state != _PENDING  # None: never initialized
+
+    else:
+
+        def done(self) -> bool:
+            try:
+                return self._state != _PENDING
+            except AttributeError:  # never initialized: pending
+                return False
 
     def result(self) -> _T:
         try:
@@ -372,10 +394,14 @@ class Future(_TypingOnlyGeneric[_T]):
             if len(kept) != len(more):
                 removed += len(more) - len(kept)
                 more[:] = kept
+        elif cython.compiled and self._state is None:
+            _not_initialized(self, "_callback0")
         return removed
 
     def set_result(self, result: _T) -> None:
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         self._result = result
         self._state = _FINISHED
@@ -398,6 +424,8 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def set_exception(self, exception: type[BaseException] | BaseException) -> None:
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         if isinstance(exception, type):
             exception = exception()
@@ -436,7 +464,13 @@ class Future(_TypingOnlyGeneric[_T]):
         finally:
             self = None  # type: ignore[assignment]
 
-    __iter__ = __await__
+    if cython.compiled:
+        # A C type's iterator is its own slot, which an alias does not fill.
+        def __iter__(self) -> Generator[Any, None, _T]:
+            return self.__await__()
+
+    else:
+        __iter__ = __await__
 
 
 class Task(Future[_T]):
@@ -584,6 +618,8 @@ class Task(Future[_T]):
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             return False
         self._num_cancels_requested += 1
         waiter = self._fut_waiter

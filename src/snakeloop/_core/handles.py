@@ -23,6 +23,8 @@ from asyncio import constants, events, format_helpers
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
+from .classviews import isinstance_view
+
 if False:  # Cython reads this import when it compiles the module (setup.py)
     import cython
 else:
@@ -89,8 +91,13 @@ def shorten_source_traceback(record: StackSummary, hidden: int) -> None:
 class Handle(events.Handle):
     """A callback scheduled on the loop, returned by ``call_soon``.
 
-    It subclasses ``asyncio.Handle`` (for its slots only; every method is
-    snakeloop's) because user code checks ``isinstance(h, asyncio.Handle)``.
+    User code checks ``isinstance(h, asyncio.Handle)``.  Interpreted, the
+    class subclasses ``asyncio.Handle`` (for its slots only; every method is
+    snakeloop's).  Compiled, it is a C type, which cannot take asyncio's
+    class as a base (its fields are in handles.pxd): a handle's
+    ``__class__`` is then a subclass of ``asyncio.Handle`` that stands for
+    this class, as a future's is (see ``classviews``), and ``type(h)`` is
+    this class in both builds.
     """
 
     __slots__ = ()
@@ -122,8 +129,19 @@ class Handle(events.Handle):
         else:
             self._source_traceback = None
 
+    if cython.compiled:
+
+        @property  # type: ignore[misc]  # mypy takes it for a redefined class attribute
+        def __class__(self) -> type:
+            cls = type(self)
+            return _ISINSTANCE_VIEWS.get(cls, cls)
+
+        @__class__.setter
+        def __class__(self, cls: type) -> None:
+            _set_class(self, cls)
+
     def _repr_info(self) -> list[str]:
-        info = [self.__class__.__name__]
+        info = [type(self).__name__]
         if self._cancelled:
             info.append("cancelled")
         if self._callback is not None:
@@ -178,8 +196,9 @@ class Handle(events.Handle):
 class TimerHandle(Handle, events.TimerHandle):
     """A callback due at a loop time, returned by ``call_later``/``call_at``.
 
-    Also an ``asyncio.TimerHandle``, whose slots (``_when``, ``_scheduled``)
-    it uses.
+    Also an ``asyncio.TimerHandle``: interpreted, a subclass, whose slots
+    (``_when``, ``_scheduled``) it uses; compiled, through its ``__class__``
+    (see ``Handle``).
     """
 
     __slots__ = ()
@@ -266,5 +285,14 @@ class TimerHandle(Handle, events.TimerHandle):
         return self._when
 
 
-if not cython.compiled:
+if cython.compiled:
+    _set_class = object.__dict__["__class__"].__set__
+
+    # Only snakeloop's own two classes have views: a subclass is its own
+    # __class__, so that its class attributes stay reachable through it.
+    _ISINSTANCE_VIEWS = {
+        Handle: isinstance_view(Handle, events.Handle),
+        TimerHandle: isinstance_view(TimerHandle, events.TimerHandle),
+    }
+else:
     skip_when_recording(Handle.__init__, TimerHandle.__init__, source_traceback)
