@@ -3,7 +3,8 @@
 pyproject.toml holds the metadata; this file only decides which modules Cython compiles.
 The compiled modules are the ``.py`` files below, read by Cython in pure-Python mode with
 the ``.pxd`` files beside them; the ``.py`` files ship in every wheel, so each wheel also
-runs uncompiled.
+runs uncompiled.  Cython reads a copy of each module in build/cython/src whose class
+statements give the classes the .pxd declares the .pxd's bases (see ``_cython_source``).
 
 - ``pip install .`` (and a wheel built from the sdist) compiles them on CPython with the
   GIL.  A failed compile falls back to the pure build with a warning, unless
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 import sysconfig
 
@@ -52,19 +54,82 @@ def _why_pure() -> str | None:
     return None
 
 
+# Where the sources Cython reads are written (see _cython_source), and the C it writes.
+CYTHON_DIR = os.path.join("build", "cython")
+CYTHON_SOURCES = os.path.join(CYTHON_DIR, "src")
+
+_PXD_CLASS = re.compile(r"^cdef class (\w+)(?:\((\w+)\))?:", re.MULTILINE)
+_PY_CLASS = re.compile(r"^class (\w+)\(.*\):", re.MULTILINE)
+
+
+def _cython_source(text: str, pxd: str) -> str:
+    """The module as Cython reads it: each class the .pxd declares gets the .pxd's base.
+
+    Interpreted, a compiled class keeps the bases that the interpreter and type
+    checkers see: ``Handle(asyncio.Handle)``, ``Future(Generic[T])`` (which
+    disappears at run time).  A ``cdef class`` takes no Python base, so Cython
+    reads the class statement with the base its .pxd declares, or none; every
+    other line is the same, so line numbers in tracebacks hold.
+    """
+    bases = dict(_PXD_CLASS.findall(pxd))
+
+    def header(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in bases:
+            return match.group(0)
+        return f"class {name}({bases[name]}):" if bases[name] else f"class {name}:"
+
+    return _PY_CLASS.sub(header, text)
+
+
+def _write_if_changed(path: str, text: str) -> None:
+    # An unchanged file keeps its time stamp, so Cython does not translate it again.
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def _extensions() -> list:
     from Cython.Build import cythonize
     from setuptools import Extension
 
-    modules = [
-        Extension(name, [os.path.join("src", *name.split(".")) + ".py"])
-        for name in COMPILED_MODULES
-    ]
+    modules = []
+    packages = {name.rpartition(".")[0] for name in COMPILED_MODULES}
+    for package in packages:
+        # The package markers and every .pxd, so that cimports between the modules resolve.
+        parts = package.split(".")
+        for depth in range(1, len(parts) + 1):
+            init = os.path.join(*parts[:depth], "__init__.py")
+            _write_if_changed(os.path.join(CYTHON_SOURCES, init), "")
+        package_dir = os.path.join("src", *parts)
+        for entry in sorted(os.listdir(package_dir)):
+            if entry.endswith(".pxd"):
+                text = _read(os.path.join(package_dir, entry))
+                _write_if_changed(os.path.join(CYTHON_SOURCES, *parts, entry), text)
+    for name in COMPILED_MODULES:
+        relative = os.path.join(*name.split("."))
+        pxd_path = os.path.join("src", relative + ".pxd")
+        pxd = _read(pxd_path) if os.path.exists(pxd_path) else ""
+        source = os.path.join(CYTHON_SOURCES, relative + ".py")
+        _write_if_changed(source, _cython_source(_read(os.path.join("src", relative + ".py")), pxd))
+        modules.append(Extension(name, [source]))
     return cythonize(
         modules,
         compiler_directives=CYTHON_DIRECTIVES,
+        include_path=[CYTHON_SOURCES],
         # The generated C stays out of src/, and so out of the wheels.
-        build_dir=os.path.join("build", "cython"),
+        build_dir=CYTHON_DIR,
         nthreads=os.cpu_count() or 1,
         quiet=True,
     )

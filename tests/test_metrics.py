@@ -529,6 +529,47 @@ def test_sampled_mode_does_not_report_a_loop_waiting_in_a_poll():
         loop.close()
 
 
+def test_sampled_mode_leaves_a_callback_the_run_loop_calls_in_c_to_the_recorder():
+    # No Python frame runs during time.sleep: the innermost one is the run
+    # loop's (in the compiled build, that of run_forever, which calls it),
+    # not a place the program holds the thread.
+    async def main():
+        asyncio.get_running_loop().call_soon(time.sleep, 0.3)
+        await asyncio.sleep(0)
+
+    loop = snakeloop.new_event_loop(metrics="sampled")
+    try:
+        loop.run_until_complete(main())
+        labels = [r.callback_label for r in loop.metrics().slow_callbacks]
+        assert not [label for label in labels if label.startswith("sampled")]
+    finally:
+        loop.close()
+
+
+def test_sampled_mode_does_not_report_a_poll_under_a_wrapped_run_once():
+    # Monitoring tools wrap _run_once; the wrapper's frame is then the one
+    # that calls the run loop (in the compiled build, the innermost one
+    # during its poll).
+    async def main():
+        await asyncio.sleep(0.3)
+
+    loop = snakeloop.new_event_loop(metrics="sampled")
+    run_once = loop._run_once
+    iterations = []
+
+    def counting():
+        iterations.append(None)
+        run_once()
+
+    loop._run_once = counting  # type: ignore[method-assign]
+    try:
+        loop.run_until_complete(main())
+        assert iterations
+        assert loop.metrics().slow_callbacks == ()
+    finally:
+        loop.close()
+
+
 def test_slow_stretches_between_windows_are_logged_once_per_window_length(caplog):
     from snakeloop.metrics.recorder import WINDOW_EVERY
 

@@ -47,7 +47,7 @@ from contextvars import Context
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
-from ._core.handles import Handle
+from ._core.handles import Handle, skip_when_recording
 from ._core.runloop import CoreLoop
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
@@ -96,7 +96,9 @@ logger = logging.getLogger("asyncio")
 # only set a name that was given.
 _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 
-_new_object = object.__new__
+# A task without __init__ (create_task calls Task._setup itself): object.__new__
+# interpreted; compiled, Task's own, since object's refuses a C type.
+_new_task = Task.__new__
 
 IO_LATENCY_NEEDS_VIRTUAL_TIME = (
     "perturb 'io_latency' delays readiness by virtual seconds: give the loop a VirtualClock, "
@@ -386,7 +388,9 @@ class Loop(
         )
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        if not getattr(self, "_closed", True):  # True: __init__ failed before the core's
+        # No ready queue: __init__ failed before the core's (interpreted, the
+        # attribute is missing; compiled, the core's fields hold None until then).
+        if getattr(self, "_ready", None) is not None and not self._closed:
             _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
             if not self.is_running():
                 self.close()
@@ -433,7 +437,8 @@ class Loop(
             if recorder is not None and recorder.mode == "sampled":
                 from .metrics.sampler import Sampler
 
-                sampler = Sampler(self, recorder)
+                # This frame calls the run loop, which, compiled, has none.
+                sampler = Sampler(self, recorder, sys._getframe())
             if self._instrument_tasks is not None or self._ready.__class__ is not collections.deque:
                 self._switch_ready()
             instruments = self._instrument_set
@@ -709,9 +714,14 @@ class Loop(
         return [] if self._schedule is None else self._schedule.trace()  # type: ignore[no-any-return]
 
     def _push_timer_in_a_tie(
-        self, when: float, callback: Callable[..., object], args: Any, context: Context | None
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: Any,
+        context: Context | None,
+        hidden: int,
     ) -> asyncio.TimerHandle:
-        timer = CoreLoop._push_timer(self, when, callback, args, context)
+        timer = CoreLoop._push_timer(self, when, callback, args, context, hidden)
         entry = self._timers.get(when)
         if entry.__class__ is list:
             count = len(entry)
@@ -941,12 +951,14 @@ class Loop(
         if factory is None:
             if self._task_class is Task:
                 # Task(coro, loop=self, ...) without the keyword-argument call.
-                task: Any = _new_object(Task)
-                task._setup(coro, self, name, context, False, 1)
+                task: Any = _new_task(Task)
+                # asyncio's pure-Python Task, made in its create_task, drops
+                # two frames from its record (see Task._setup).
+                task._setup(coro, self, name, context, False, 2)
             else:
                 task = self._task_class(coro, loop=self, name=name, context=context)
-            if task._source_traceback:
-                del task._source_traceback[-1]
+                if task._source_traceback:
+                    del task._source_traceback[-1]
             return task
         if self._instrument_tasks is not None:
             return self._create_task_seen_by_instruments(factory, coro, name, context)
@@ -1250,3 +1262,8 @@ class Loop(
         from .insight import report
 
         return report(self, file, format)
+
+
+# Debug mode's record of where a task or timer was made starts at the caller
+# of these, as it starts at the caller of asyncio's create_task and call_at.
+skip_when_recording(Loop.create_task, Loop._create_task_recording_site, Loop._push_timer_in_a_tie)

@@ -82,11 +82,26 @@ def test_a_subclass_is_its_own_class(loop):
     _finish(loop, task)
 
 
-def test_class_assignment_still_works(loop):
+def test_class_assignment_works_as_on_asyncios_future_of_the_same_build(loop):
+    # Interpreted, a future's class can be changed to a subclass, as an
+    # asyncio pure-Python Future's can.  Compiled, the class is a C type,
+    # whose instances keep their class, as asyncio's C Future's do.
     class Marked(SnakeFuture):
         pass
 
     fut = loop.create_future()
+    if snakeloop.COMPILED:
+
+        class CMarked(asyncio.Future):  # type: ignore[type-arg]
+            pass
+
+        with pytest.raises(TypeError) as expected:
+            asyncio.Future(loop=loop).__class__ = CMarked
+        with pytest.raises(TypeError) as got:
+            fut.__class__ = Marked
+        assert str(got.value) == str(expected.value)
+        assert type(fut) is SnakeFuture
+        return
     fut.__class__ = Marked
     assert type(fut) is Marked and fut.__class__ is Marked
     with pytest.raises(TypeError):

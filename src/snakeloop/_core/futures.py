@@ -37,7 +37,7 @@ import contextvars
 import inspect
 import itertools
 import sys
-from asyncio import base_futures, base_tasks, events, exceptions, format_helpers
+from asyncio import base_futures, base_tasks, events, exceptions
 from asyncio import futures as _aio_futures
 from asyncio import tasks as _aio_tasks
 from asyncio.coroutines import iscoroutine
@@ -45,7 +45,12 @@ from types import CoroutineType as _CoroutineType
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, TypeVar
 
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from . import cythonshim as cython
 from .classviews import isinstance_view
+from .handles import skip_when_recording, source_traceback
 from .runloop import plain_queue
 
 if TYPE_CHECKING:
@@ -100,6 +105,18 @@ def _schedule(loop, callback, arg, context):
         ready.append((callback, arg, context))
     else:
         loop.call_soon(callback, arg, context=context)
+
+
+def _not_initialized(fut, name):
+    """Raise what reading the unset slot ``name`` of ``fut`` raises interpreted.
+
+    A future made by ``__new__`` alone has no attributes there; compiled,
+    its fields hold None, which the methods that asyncio keeps working on
+    such an object check for.
+    """
+    raise AttributeError(
+        f"'{type(fut).__name__}' object has no attribute '{name}'", name=name, obj=fut
+    )
 
 
 def _future_loop(fut):
@@ -176,7 +193,7 @@ class Future(_TypingOnlyGeneric[_T]):
         # loop._debug on snakeloop's own loops (see Task._setup): futures are
         # made on every stream read, and get_debug() is a Python call there.
         if loop._debug if getattr(loop, "_accepts_plain_callbacks", False) else loop.get_debug():  # type: ignore[attr-defined,union-attr]
-            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+            self._source_traceback = source_traceback(0)
         else:
             self._source_traceback = None
 
@@ -251,6 +268,8 @@ class Future(_TypingOnlyGeneric[_T]):
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             return False
         self._state = _CANCELLED
         self._cancel_message = msg
@@ -299,11 +318,19 @@ class Future(_TypingOnlyGeneric[_T]):
         except AttributeError:  # never initialized: pending
             return False
 
-    def done(self) -> bool:
-        try:
-            return self._state != _PENDING
-        except AttributeError:  # never initialized: pending
-            return False
+    if cython.compiled:
+
+        def done(self) -> bool:
+            state = self._state
+            return state is not None and state != _PENDING  # None: never initialized
+
+    else:
+
+        def done(self) -> bool:
+            try:
+                return self._state != _PENDING
+            except AttributeError:  # never initialized: pending
+                return False
 
     def result(self) -> _T:
         try:
@@ -367,10 +394,14 @@ class Future(_TypingOnlyGeneric[_T]):
             if len(kept) != len(more):
                 removed += len(more) - len(kept)
                 more[:] = kept
+        elif cython.compiled and self._state is None:
+            _not_initialized(self, "_callback0")
         return removed
 
     def set_result(self, result: _T) -> None:
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         self._result = result
         self._state = _FINISHED
@@ -393,6 +424,8 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def set_exception(self, exception: type[BaseException] | BaseException) -> None:
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         if isinstance(exception, type):
             exception = exception()
@@ -431,7 +464,13 @@ class Future(_TypingOnlyGeneric[_T]):
         finally:
             self = None  # type: ignore[assignment]
 
-    __iter__ = __await__
+    if cython.compiled:
+        # A C type's iterator is its own slot, which an alias does not fill.
+        def __iter__(self) -> Generator[Any, None, _T]:
+            return self.__await__()
+
+    else:
+        __iter__ = __await__
 
 
 class Task(Future[_T]):
@@ -466,14 +505,16 @@ class Task(Future[_T]):
         if eager_start and not _PY312:
             # Eager start came with 3.12; 3.11's Task has no such argument.
             raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
-        self._setup(coro, loop, name, context, eager_start, 2)
+        self._setup(coro, loop, name, context, eager_start, 1)
         self = None  # type: ignore[assignment]  # an eager first step ran under this frame
 
-    def _setup(self, coro, loop, name, context, eager_start, depth):
+    def _setup(self, coro, loop, name, context, eager_start, hidden):
         """The body of __init__; ``loop.create_task`` calls it directly.
 
-        ``depth`` is how many frames up the caller whose stack the debug-mode
-        source traceback starts at.  Future.__init__ is written out here:
+        ``hidden`` is how many frames of asyncio's own its pure-Python
+        Task drops from the debug-mode record of where the task was made
+        (``source_traceback``): 1 from ``__init__``, 2 from
+        ``loop.create_task``.  Future.__init__ is written out here:
         calling it cost the spawn row 4% more instructions and gather 2%.
         """
         if loop is None:
@@ -493,7 +534,7 @@ class Task(Future[_T]):
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
         if loop._debug if plain else loop.get_debug():
-            self._source_traceback = format_helpers.extract_stack(sys._getframe(depth))
+            self._source_traceback = source_traceback(hidden)
         else:
             self._source_traceback = None
         self._log_destroy_pending = True
@@ -577,6 +618,8 @@ class Task(Future[_T]):
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
         if self._state != _PENDING:
+            if cython.compiled and self._state is None:
+                _not_initialized(self, "_state")
             return False
         self._num_cancels_requested += 1
         waiter = self._fut_waiter
@@ -790,6 +833,9 @@ class Task(Future[_T]):
 Task._wakeup.__qualname__ = "Task.task_wakeup"
 
 _OWN_CLASSES = frozenset((Future, Task))
+
+if not cython.compiled:
+    skip_when_recording(Future.__init__, Task.__init__, Task._setup)
 
 _set_class = object.__dict__["__class__"].__set__
 

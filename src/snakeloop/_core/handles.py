@@ -19,14 +19,22 @@ from __future__ import annotations
 
 import inspect
 import sys
-from asyncio import events, format_helpers
+from asyncio import constants, events, format_helpers
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
+
+from .classviews import isinstance_view
+
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from . import cythonshim as cython
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from contextvars import Context
     from traceback import StackSummary
+    from types import CodeType, FrameType
 
 __all__ = ["Handle", "TimerHandle"]
 
@@ -43,11 +51,53 @@ else:
         return format_helpers._format_callback_source(callback, args)
 
 
+# The code of the functions that make a handle, future or task for their
+# caller (call_soon, Task.__init__...): debug mode's record of where it was
+# made starts outside them.  Compiled functions have no frames to skip, so
+# the compiled modules register theirs only when interpreted.
+_MAKERS: set[CodeType] = set()
+
+
+def skip_when_recording(*functions: Callable[..., Any]) -> None:
+    """Leave the frames of ``functions`` out of debug-mode source tracebacks."""
+    _MAKERS.update(function.__code__ for function in functions)
+
+
+def source_traceback(hidden: int) -> StackSummary:
+    """Where the object being made was made, as asyncio records it in debug mode.
+
+    The stack from the innermost frame outside the makers (the program's
+    frame) outward.  asyncio records ``DEBUG_STACK_DEPTH`` frames from
+    one of its own and then drops its ``hidden`` frames, so its record
+    holds that many fewer of the program's frames: this one too.
+    """
+    frame: FrameType | None = sys._getframe()
+    while frame is not None and frame.f_code in _MAKERS:
+        frame = frame.f_back
+    return format_helpers.extract_stack(frame, constants.DEBUG_STACK_DEPTH - hidden)
+
+
+def shorten_source_traceback(record: StackSummary, hidden: int) -> None:
+    """Cut ``record`` to what asyncio keeps when it drops ``hidden`` frames.
+
+    For a method that makes its object through another maker (call_soon
+    through ``Handle``): that one recorded with fewer hidden frames.
+    """
+    keep = constants.DEBUG_STACK_DEPTH - hidden
+    if len(record) > keep:
+        del record[: len(record) - keep]
+
+
 class Handle(events.Handle):
     """A callback scheduled on the loop, returned by ``call_soon``.
 
-    It subclasses ``asyncio.Handle`` (for its slots only; every method is
-    snakeloop's) because user code checks ``isinstance(h, asyncio.Handle)``.
+    User code checks ``isinstance(h, asyncio.Handle)``.  Interpreted, the
+    class subclasses ``asyncio.Handle`` (for its slots only; every method is
+    snakeloop's).  Compiled, it is a C type, which cannot take asyncio's
+    class as a base (its fields are in handles.pxd): a handle's
+    ``__class__`` is then a subclass of ``asyncio.Handle`` that stands for
+    this class, as a future's is (see ``classviews``), and ``type(h)`` is
+    this class in both builds.
     """
 
     __slots__ = ()
@@ -75,12 +125,23 @@ class Handle(events.Handle):
         self._cancelled = False
         self._repr = None
         if loop._debug:
-            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+            self._source_traceback = source_traceback(0)
         else:
             self._source_traceback = None
 
+    if cython.compiled:
+
+        @property  # type: ignore[misc]  # mypy takes it for a redefined class attribute
+        def __class__(self) -> type:
+            cls = type(self)
+            return _ISINSTANCE_VIEWS.get(cls, cls)
+
+        @__class__.setter
+        def __class__(self, cls: type) -> None:
+            _set_class(self, cls)
+
     def _repr_info(self) -> list[str]:
-        info = [self.__class__.__name__]
+        info = [type(self).__name__]
         if self._cancelled:
             info.append("cancelled")
         if self._callback is not None:
@@ -135,8 +196,9 @@ class Handle(events.Handle):
 class TimerHandle(Handle, events.TimerHandle):
     """A callback due at a loop time, returned by ``call_later``/``call_at``.
 
-    Also an ``asyncio.TimerHandle``, whose slots (``_when``, ``_scheduled``)
-    it uses.
+    Also an ``asyncio.TimerHandle``: interpreted, a subclass, whose slots
+    (``_when``, ``_scheduled``) it uses; compiled, through its ``__class__``
+    (see ``Handle``).
     """
 
     __slots__ = ()
@@ -160,7 +222,8 @@ class TimerHandle(Handle, events.TimerHandle):
         self._cancelled = False
         self._repr = None
         if loop._debug:
-            self._source_traceback = format_helpers.extract_stack(sys._getframe(1))
+            # asyncio's TimerHandle records from its own __init__ and drops it.
+            self._source_traceback = source_traceback(1)
         else:
             self._source_traceback = None
         self._when = when
@@ -220,3 +283,16 @@ class TimerHandle(Handle, events.TimerHandle):
     def when(self) -> float:
         """The loop time at which the callback is due."""
         return self._when
+
+
+if cython.compiled:
+    _set_class = object.__dict__["__class__"].__set__
+
+    # Only snakeloop's own two classes have views: a subclass is its own
+    # __class__, so that its class attributes stay reachable through it.
+    _ISINSTANCE_VIEWS = {
+        Handle: isinstance_view(Handle, events.Handle),
+        TimerHandle: isinstance_view(TimerHandle, events.TimerHandle),
+    }
+else:
+    skip_when_recording(Handle.__init__, TimerHandle.__init__, source_traceback)

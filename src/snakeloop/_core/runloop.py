@@ -81,7 +81,7 @@ else:
 from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .counters import LoopCounters
-from .handles import Handle, TimerHandle
+from .handles import Handle, TimerHandle, shorten_source_traceback, skip_when_recording
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -280,7 +280,8 @@ class CoreLoop:
             self._check_callback(callback, "call_soon")
         handle = Handle(callback, args, self, context)
         if handle._source_traceback:
-            del handle._source_traceback[-1]
+            # asyncio's goes through _call_soon: two frames of its own.
+            shorten_source_traceback(handle._source_traceback, 2)
         self._ready.append(handle)
         return handle
 
@@ -297,7 +298,8 @@ class CoreLoop:
             self._check_callback(callback, "call_soon_threadsafe")
         handle = Handle(callback, args, self, context)
         if handle._source_traceback:
-            del handle._source_traceback[-1]
+            # asyncio's goes through _call_soon: two frames of its own.
+            shorten_source_traceback(handle._source_traceback, 2)
         # deque.append is atomic.  The wakeup is written every time, not only
         # when the loop sleeps: the syscall also hands the GIL over, so
         # threads flooding the loop with callbacks cannot outrun it and grow
@@ -320,7 +322,9 @@ class CoreLoop:
         """Run ``callback(*args)`` after ``delay`` seconds."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self._push_timer(self._now() + delay, callback, args, context)
+        # asyncio's call_later goes through its call_at: one more frame of
+        # its own in a debug-mode record (see _push_timer).
+        return self._push_timer(self._now() + delay, callback, args, context, 3)
 
     def call_at(
         self,
@@ -332,11 +336,24 @@ class CoreLoop:
         """Run ``callback(*args)`` at loop time ``when``."""
         if when is None:
             raise TypeError("when cannot be None")
-        return self._push_timer(when, callback, args, context)
+        return self._push_timer(when, callback, args, context, 2)
 
     def _push_timer(
-        self, when: float, callback: Callable[..., object], args: Any, context: Context | None
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: Any,
+        context: Context | None,
+        hidden: int,
     ) -> TimerHandle:
+        """Set a timer; ``hidden`` counts asyncio's frames on the way (call_at: 2).
+
+        A debug-mode record of where the timer was set holds as many frames
+        of the program as asyncio's, which drops its ``hidden`` frames from a
+        record of ``DEBUG_STACK_DEPTH`` (see ``handles.source_traceback``).
+        A parameter, not a test in call_later: that cost call_later 1% more
+        instructions.
+        """
         if self._closed:
             raise RuntimeError("Event loop is closed")
         if self._debug:
@@ -345,8 +362,7 @@ class CoreLoop:
             self._check_callback(callback, "call_at")
         timer = TimerHandle(when, callback, args, self, context)
         if timer._source_traceback:
-            # Drop the frames of _push_timer and call_later/call_at.
-            del timer._source_traceback[-2:]
+            shorten_source_traceback(timer._source_traceback, hidden)
         timers = self._timers
         entry = timers.get(when)
         if entry is None:
@@ -861,3 +877,13 @@ class CoreLoop:
         heapq.heapify(kept)
         self._timer_cancelled_count = 0
         return kept
+
+
+if not cython.compiled:
+    skip_when_recording(
+        CoreLoop.call_soon,
+        CoreLoop.call_soon_threadsafe,
+        CoreLoop.call_later,
+        CoreLoop.call_at,
+        CoreLoop._push_timer,
+    )

@@ -19,11 +19,20 @@ from typing import Any
 from .._core.futures import Future as _SnakeFuture
 from .model import FrameLine
 
+
+def _await_code(cls: Any) -> Any:
+    """The code of the generator ``cls.__await__`` returns (compiled, Cython's)."""
+    generator = cls.__new__(cls).__await__()
+    code = generator.gi_code
+    generator.close()
+    return code
+
+
 # The generator behind ``await fut`` of a Python future: it only yields the
 # future, so the chain stops above it (the C Future's iterator has no frame).
-_FUTURE_AWAIT_CODES = frozenset(
-    {_SnakeFuture.__await__.__code__, aio_futures._PyFuture.__await__.__code__}  # type: ignore[attr-defined]
-)
+# Read from a generator: compiled, snakeloop's __await__ is a C slot, with no
+# code of its own.
+_FUTURE_AWAIT_CODES = frozenset({_await_code(_SnakeFuture), _await_code(aio_futures._PyFuture)})  # type: ignore[attr-defined]
 
 _STDLIB = os.path.dirname(os.__file__)
 _INSIGHT_DIR = os.path.dirname(os.path.abspath(__file__))

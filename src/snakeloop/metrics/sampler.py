@@ -7,7 +7,12 @@ looks at the loop thread's innermost frame every ``INTERVAL`` seconds with
 ``sys._current_frames()`` and reports a stall when the same frame stays at
 the same instruction for ``slow_callback_duration`` or longer, unless
 that frame is the run loop's own or a ``poll`` method: the loop waiting
-for I/O (its backends poll in C, called from ``_run_iterations``).
+for I/O (its backends poll in C, called from ``_run_iterations``).  In the
+compiled build ``_run_iterations`` has no frame; the frame of the code that
+called it (``run_forever``'s) is then the innermost one and stands for it,
+and a wait in a poll is also told by the loop's counters, which mark it
+(``wait_started`` after ``wait_ended``), for a loop run through a wrapped
+``_run_once``.
 
 Facts it relies on: ``sys._current_frames()`` is safe to call from any
 thread and returns each thread's innermost frame; a thread that holds the
@@ -21,6 +26,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from types import FrameType
 from typing import Any
 
 from .._core.runloop import CoreLoop
@@ -32,12 +38,19 @@ INTERVAL = 0.02
 _RUN_ITERATIONS = CoreLoop._run_iterations.__code__
 
 
+def _waiting_in_poll(counters: Any) -> bool:
+    started = counters.wait_started
+    return started is not None and counters.wait_ended < started
+
+
 class Sampler:
     """Samples one running loop's thread until ``stop()``."""
 
-    def __init__(self, loop: Any, recorder: Any) -> None:
+    def __init__(self, loop: Any, recorder: Any, runner: FrameType) -> None:
+        """Sample the calling thread, which runs ``loop`` in the frame ``runner``."""
         self._loop = loop
         self._recorder = recorder
+        self._runner: FrameType | None = runner
         self._thread_id = threading.get_ident()
         self._stopped = threading.Event()
         self._thread = threading.Thread(
@@ -48,6 +61,7 @@ class Sampler:
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join()
+        self._runner = None
 
     def _run(self) -> None:
         held: Any = None  # (frame, instruction) seen last
@@ -56,7 +70,13 @@ class Sampler:
         while not self._stopped.wait(INTERVAL):
             frame = sys._current_frames().get(self._thread_id)
             now = time.monotonic()
-            if frame is None or frame.f_code is _RUN_ITERATIONS or frame.f_code.co_name == "poll":
+            if (
+                frame is None
+                or frame.f_code is _RUN_ITERATIONS
+                or frame is self._runner
+                or frame.f_code.co_name == "poll"
+                or _waiting_in_poll(self._loop._counters)
+            ):
                 held = None
                 continue
             place = (frame, frame.f_lasti)

@@ -1,0 +1,30 @@
+# The compiled Future and Task (see futures.py): their fields, by asyncio's
+# names.  __dict__ takes attributes that user code sets, as asyncio's C
+# Future allows, and __weakref__ lets asyncio keep its tasks in a WeakSet.
+
+cdef class Future:
+    cdef public object _loop
+    cdef public object _callback0
+    cdef public object _context0
+    cdef public object _more_callbacks
+    cdef public object _state
+    cdef public object _result
+    cdef public object _exception
+    cdef public object _exception_tb
+    cdef public object _cancel_message
+    cdef public object _cancelled_exc
+    cdef public bint _asyncio_future_blocking
+    cdef public bint _log_traceback_flag
+    cdef public object _source_traceback
+    cdef dict __dict__
+    cdef object __weakref__
+
+
+cdef class Task(Future):
+    cdef public object _log_destroy_pending
+    cdef public object _name
+    cdef public object _num_cancels_requested
+    cdef public bint _must_cancel
+    cdef public object _fut_waiter
+    cdef public object _coro
+    cdef public object _context

@@ -1,0 +1,17 @@
+# The compiled Handle and TimerHandle (see handles.py): their fields, by
+# asyncio's names.  _when keeps the number it was given, as asyncio's does.
+
+cdef class Handle:
+    cdef public object _callback
+    cdef public object _args
+    cdef public bint _cancelled
+    cdef public object _loop
+    cdef public object _source_traceback
+    cdef public object _repr
+    cdef public object _context
+    cdef object __weakref__
+
+
+cdef class TimerHandle(Handle):
+    cdef public bint _scheduled
+    cdef public object _when
