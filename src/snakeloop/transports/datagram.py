@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The datagram transport: UDP and Unix datagram sockets.
 
 OS facts this module relies on:
@@ -36,7 +37,7 @@ import sys
 from asyncio import constants, protocols, transports
 from typing import TYPE_CHECKING, Any
 
-from .socketbase import SocketTransportBase
+from .socketbase import SocketTransportBase, show_as
 
 if TYPE_CHECKING:
     import asyncio
@@ -61,24 +62,36 @@ UDP_READ_SIZE = 64 * 1024
 
 # asyncio's selector datagram transport is an asyncio.DatagramTransport only
 # from 3.12 on (python/cpython#90352, not backported); on 3.11 it is a plain
-# Transport.  The bases follow the running Python so isinstance answers alike
-# (``object`` as a second base changes nothing: it ends every MRO anyway).
+# Transport.  What isinstance() sees follows the running Python, so it
+# answers alike.
 if sys.version_info >= (3, 12):
-    _DatagramKind = transports.DatagramTransport
+
+    class _DatagramKind(transports._FlowControlMixin, transports.DatagramTransport):
+        __slots__ = ()
+
 else:
-    _DatagramKind = object
+    _DatagramKind = transports._FlowControlMixin
 
 
-class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
+class DatagramSocketTransport(SocketTransportBase):
     """A UDP or Unix datagram socket, driven by readiness callbacks.
 
     ``address`` is the fixed destination of a "connected" endpoint
     (``remote_addr``): ``sendto`` then refuses any other address.
     """
 
+    __slots__ = ("_address", "_connected", "_recv_view", "_udp")
+
     # A DatagramProtocol, or whatever set_protocol() was given: asyncio does
     # not check either.
     _protocol: Any
+
+    # What asyncio's Transport has and its datagram transport leaves alone:
+    # they raise NotImplementedError.
+    write = transports.WriteTransport.write
+    writelines = transports.WriteTransport.writelines
+    write_eof = transports.WriteTransport.write_eof
+    can_write_eof = transports.WriteTransport.can_write_eof
 
     def __init__(
         self,
@@ -89,8 +102,7 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
         waiter: asyncio.Future[None] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        transports.BaseTransport.__init__(self, extra)
-        self._attach_socket(loop, sock)
+        SocketTransportBase.__init__(self, loop, sock, extra)
         self._connected = bool(self._extra["peername"])
         self._address = address
         self._recv_view = loop._shared_recv_buffer()
@@ -213,3 +225,6 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
     def _drop_first(self):
         data = self._buffer.popleft()[0]
         self._buffer_size -= len(data) + _HEADER_SIZE
+
+
+show_as(DatagramSocketTransport, _DatagramKind)

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Stream transports for connected TCP and Unix sockets.
 
 OS facts this module relies on:
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .allocator import keep_large_reads_on_heap
 from .recvbuffer import RECV_BUFFER_SIZE
-from .socketbase import SocketTransportBase
+from .socketbase import SocketTransportBase, show_as
 
 if TYPE_CHECKING:
     import asyncio
@@ -84,8 +85,19 @@ def set_nodelay(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class SocketTransport(SocketTransportBase, transports.Transport):
+class SocketTransport(SocketTransportBase):
     """A connected TCP or Unix stream socket, driven by readiness callbacks."""
+
+    __slots__ = (
+        "_buffered_protocol",
+        "_bulk_reads",
+        "_chunk_size",
+        "_empty_waiter",
+        "_eof",
+        "_eof_received",
+        "_send_at_once",
+        "_server",
+    )
 
     _start_tls_compatible = True
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
@@ -99,14 +111,12 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         extra: dict[str, Any] | None = None,
         server: AcceptingServer | None = None,
     ) -> None:
-        transports.Transport.__init__(self, extra)
-        self._attach_socket(loop, sock)
+        SocketTransportBase.__init__(self, loop, sock, extra)
         write_chunking = loop._write_chunking
         if write_chunking is not None:
             # A seeded loop's ``chunking_writes``: every send of this transport
             # takes a drawn part of what it is offered (snakeloop.chunking).
             self._sock = write_chunking.view(sock)
-        self._protocol_connected = False
         self._buffered_protocol: bool | None = None  # set_protocol says which reader fits
         # A seeded loop's ``chunking`` (snakeloop.chunking) draws the size of
         # each read: its size function, or None.  Chunked reads of a
@@ -122,7 +132,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         self._empty_waiter = None
         self._send_at_once = True  # see _refresh_send_at_once
         if server is not None:
-            server._attach(self)
+            server._attach(self)  # type: ignore[arg-type]  # a Transport by show_as
         set_nodelay(sock)
         self._start(waiter)
 
@@ -348,6 +358,10 @@ class SocketTransport(SocketTransportBase, transports.Transport):
                     self._loop._add_writer(self._sock_fd, self._write_ready)
             self._maybe_pause_protocol()
 
+    else:
+        # asyncio's: write() of the chunks joined.
+        writelines = transports.WriteTransport.writelines  # type: ignore[assignment]
+
     def _write_ready(self):
         if self._conn_lost or not self._buffer:
             return
@@ -445,3 +459,6 @@ class SocketTransport(SocketTransportBase, transports.Transport):
                 self._server = None
             if self._empty_waiter is not None:
                 self._empty_waiter.set_exception(ConnectionError("Connection is closed by peer"))
+
+
+show_as(SocketTransport, transports._FlowControlMixin)
