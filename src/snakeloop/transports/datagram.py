@@ -37,7 +37,19 @@ import sys
 from asyncio import constants, protocols, transports
 from typing import TYPE_CHECKING, Any
 
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from .._core import cythonshim as cython
 from .socketbase import SocketTransportBase, show_as
+
+if not cython.compiled:
+    from .socketcalls import (
+        SOCKADDR_STORAGE_SIZE,
+        sock_recvfrom_inet,
+        sock_send,
+        sock_sendto_peer,
+    )
 
 if TYPE_CHECKING:
     import asyncio
@@ -85,6 +97,12 @@ class DatagramSocketTransport(SocketTransportBase):
     # A DatagramProtocol, or whatever set_protocol() was given: asyncio does
     # not check either.
     _protocol: Any
+    # Compiled build only (C fields, in datagram.pxd): the raw sockaddr of the
+    # sender of the last datagram read, and its address tuple, so that a
+    # datagram from the same sender gets the same tuple and sendto() to that
+    # very tuple skips parsing it (socketcalls.pxd).
+    _peer: bytearray
+    _peer_address: Any
 
     # What asyncio's Transport has and its datagram transport leaves alone:
     # they raise NotImplementedError.
@@ -107,6 +125,8 @@ class DatagramSocketTransport(SocketTransportBase):
         self._address = address
         self._recv_view = loop._shared_recv_buffer()
         self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        if self._direct_calls and self._udp:
+            self._peer = bytearray(SOCKADDR_STORAGE_SIZE)
         self._protocol = protocol
         self._protocol_connected = True
         # The write buffer holds (bytes, address) pairs.
@@ -125,67 +145,164 @@ class DatagramSocketTransport(SocketTransportBase):
             return
         self._loop._add_reader(self._sock_fd, self._read_ready)
 
-    def _read_ready(self):
-        if self._conn_lost:
-            return
-        try:
-            if self._udp:
-                data, addr = self._sock.recvfrom(UDP_READ_SIZE)
-            else:
-                nbytes, addr = self._sock.recvfrom_into(self._recv_view)
-                data = bytes(self._recv_view[:nbytes])
-        except _RETRY:
-            return
-        except OSError as exc:
-            self._protocol.error_received(exc)
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on datagram transport")
-            return
-        self._protocol.datagram_received(data, addr)
+    # _read_ready and sendto come in two builds, alike but for the socket calls:
+    # the compiled build calls recvfrom(2), send(2) and sendto(2) on the fd
+    # itself when it may (socketcalls.pxd); the pure build always calls the
+    # socket's methods.  Both builds run every test.  (A test of _direct_calls in
+    # one shared copy would cost the pure build about 70 instructions a call.)
+    if cython.compiled:
 
-    # -- writing -----------------------------------------------------------------
-
-    def sendto(self, data: bytes | bytearray | memoryview, addr: _Address | None = None) -> None:
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"data argument must be a bytes-like object, not {type(data).__name__!r}"
-            )
-        if _DROP_EMPTY and not data:
-            return
-        if self._address:
-            if addr not in (None, self._address):
-                raise ValueError(f"Invalid address: must be None or {self._address}")
-            addr = self._address
-        if self._conn_lost:
-            # Closed: drop it, and say so once the caller keeps trying.
-            if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
-                logger.warning("socket.send() raised exception.")
-            self._conn_lost += 1
-            return
-        if not self._buffer:
-            # Nothing queued: try to send it right away.
-            try:
-                if self._connected:
-                    self._sock.send(data)
-                else:
-                    # A None address reaches the socket, which raises
-                    # TypeError, as it does under asyncio.
-                    self._sock.sendto(data, addr)  # type: ignore[arg-type]
+        def _read_ready(self):
+            if self._conn_lost:
                 return
+            try:
+                if not self._udp:
+                    nbytes, addr = self._sock.recvfrom_into(self._recv_view)
+                    data = bytes(self._recv_view[:nbytes])
+                elif self._direct_calls:
+                    data, addr = sock_recvfrom_inet(
+                        self._sock_fd, UDP_READ_SIZE, self._peer, self._peer_address
+                    )
+                    self._peer_address = addr
+                else:
+                    data, addr = self._sock.recvfrom(UDP_READ_SIZE)
             except _RETRY:
-                self._loop._add_writer(self._sock_fd, self._sendto_ready)
+                return
             except OSError as exc:
                 self._protocol.error_received(exc)
                 return
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on datagram transport")
+                self._fatal_error(exc, "Fatal read error on datagram transport")
                 return
-        # Queue a private copy: the caller may reuse a mutable buffer.
+            self._protocol.datagram_received(data, addr)
+
+    else:
+
+        def _read_ready(self):
+            if self._conn_lost:
+                return
+            try:
+                if self._udp:
+                    data, addr = self._sock.recvfrom(UDP_READ_SIZE)
+                else:
+                    nbytes, addr = self._sock.recvfrom_into(self._recv_view)
+                    data = bytes(self._recv_view[:nbytes])
+            except _RETRY:
+                return
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal read error on datagram transport")
+                return
+            self._protocol.datagram_received(data, addr)
+
+    # -- writing -----------------------------------------------------------------
+
+    if cython.compiled:
+
+        def sendto(
+            self, data: bytes | bytearray | memoryview, addr: _Address | None = None
+        ) -> None:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+                )
+            if _DROP_EMPTY and not data:
+                return
+            if self._address:
+                if addr not in (None, self._address):
+                    raise ValueError(f"Invalid address: must be None or {self._address}")
+                addr = self._address
+            if self._conn_lost:
+                # Closed: drop it, and say so once the caller keeps trying.
+                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                    logger.warning("socket.send() raised exception.")
+                self._conn_lost += 1
+                return
+            if not self._buffer:
+                # Nothing queued: try to send it right away.
+                try:
+                    if self._connected:
+                        if self._direct_calls and type(data) is bytes:
+                            sock_send(self._sock_fd, data)
+                        else:
+                            self._sock.send(data)
+                    elif (
+                        addr is self._peer_address
+                        and addr is not None
+                        and self._direct_calls
+                        and type(data) is bytes
+                    ):
+                        # The sender of the last datagram read (socketcalls.pxd).
+                        sock_sendto_peer(self._sock_fd, data, self._peer, self._sock, addr)
+                    else:
+                        # A None address reaches the socket, which raises
+                        # TypeError, as it does under asyncio.
+                        self._sock.sendto(data, addr)  # type: ignore[arg-type]
+                    return
+                except _RETRY:
+                    self._loop._add_writer(self._sock_fd, self._sendto_ready)
+                except OSError as exc:
+                    self._protocol.error_received(exc)
+                    return
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._fatal_error(exc, "Fatal write error on datagram transport")
+                    return
+            self._queue(data, addr)
+
+    else:
+
+        def sendto(
+            self, data: bytes | bytearray | memoryview, addr: _Address | None = None
+        ) -> None:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+                )
+            if _DROP_EMPTY and not data:
+                return
+            if self._address:
+                if addr not in (None, self._address):
+                    raise ValueError(f"Invalid address: must be None or {self._address}")
+                addr = self._address
+            if self._conn_lost:
+                # Closed: drop it, and say so once the caller keeps trying.
+                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                    logger.warning("socket.send() raised exception.")
+                self._conn_lost += 1
+                return
+            if not self._buffer:
+                # Nothing queued: try to send it right away.
+                try:
+                    if self._connected:
+                        self._sock.send(data)
+                    else:
+                        # A None address reaches the socket, which raises
+                        # TypeError, as it does under asyncio.
+                        self._sock.sendto(data, addr)  # type: ignore[arg-type]
+                    return
+                except _RETRY:
+                    self._loop._add_writer(self._sock_fd, self._sendto_ready)
+                except OSError as exc:
+                    self._protocol.error_received(exc)
+                    return
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._fatal_error(exc, "Fatal write error on datagram transport")
+                    return
+            self._queue(data, addr)
+
+    def _queue(self, data, addr):
+        """Queue a datagram that cannot go now, behind those already queued."""
+        # A private copy: the caller may reuse a mutable buffer.
         self._buffer.append((bytes(data), addr))
         self._buffer_size += len(data) + _HEADER_SIZE
         self._maybe_pause_protocol()

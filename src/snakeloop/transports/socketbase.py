@@ -32,11 +32,16 @@ import warnings
 from asyncio import protocols, trsock
 from typing import TYPE_CHECKING, Any
 
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from .._core import cythonshim as cython
 from .._core.classviews import isinstance_view
 from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
 from .flowcontrol import checked_limits, tell_protocol
 from .recvbuffer import RECV_BUFFER_SIZE
+from .socketcalls import calls_reach_the_fd
 
 if TYPE_CHECKING:
     from .._core.contract import LoopContract
@@ -74,6 +79,7 @@ class SocketTransportBase:
         "_buffer_size",
         "_closing",
         "_conn_lost",
+        "_direct_calls",
         "_extra",
         "_high_water",
         "_loop",
@@ -113,6 +119,11 @@ class SocketTransportBase:
             except OSError:
                 self._extra["peername"] = None
         self._sock_fd = sock.fileno()
+        # Whether reads and writes call recv(2), send(2) & co. on the fd itself
+        # (socketcalls.pxd): in the compiled build, for a plain socket.socket.
+        # A flag, not a test of cython.compiled where they read or write: it
+        # costs the pure build less.
+        self._direct_calls = cython.compiled and calls_reach_the_fd(sock)
         self._buffer = collections.deque()
         self._buffer_size = 0
         self._conn_lost = 0  # >0 once connection_lost is scheduled
