@@ -26,14 +26,18 @@ import sysconfig
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# The modules that are compiled, in src/.  The async def modules (network, sockets,
-# subprocess, dns, tls, pipes) stay interpreted: compiled coroutines behave differently in
-# frames and tracebacks, and they are not on the hot path.
+# The modules that are compiled, in src/: the core, and the stream and datagram socket
+# transports, whose reads and writes the core calls per request.  The async def modules
+# (network, sockets, subprocess, dns, tls, pipes) stay interpreted: compiled coroutines behave
+# differently in frames and tracebacks, and they are not on the hot path.
 COMPILED_MODULES = [
     "snakeloop._core.handles",
     "snakeloop._core.futures",
     "snakeloop._core.runloop",
     "snakeloop._core.counters",
+    "snakeloop.transports.socketbase",
+    "snakeloop.transports.stream",
+    "snakeloop.transports.datagram",
 ]
 # benchmarks/compiled.py reads these two literals to compile its copy the same way.
 CYTHON_DIRECTIVES = {"language_level": 3}

@@ -54,7 +54,8 @@ def stream_transport(
 ) -> Transport:
     """The transport the application gets for ``sock``; ``waiter`` completes when it is ready."""
     if not sslcontext:
-        return SocketTransport(loop, sock, protocol, waiter, extra, server)
+        # An asyncio.Transport to isinstance() (socketbase.show_as), not to a type checker.
+        return SocketTransport(loop, sock, protocol, waiter, extra, server)  # type: ignore[return-value]
     ssl_protocol = SSLProtocol(
         loop,
         protocol,

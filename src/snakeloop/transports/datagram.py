@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The datagram transport: UDP and Unix datagram sockets.
 
 OS facts this module relies on:
@@ -36,7 +37,19 @@ import sys
 from asyncio import constants, protocols, transports
 from typing import TYPE_CHECKING, Any
 
-from .socketbase import SocketTransportBase
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from .._core import cythonshim as cython
+from .socketbase import SocketTransportBase, show_as
+
+if not cython.compiled:
+    from .socketcalls import (
+        SOCKADDR_STORAGE_SIZE,
+        sock_recvfrom_inet,
+        sock_send,
+        sock_sendto_peer,
+    )
 
 if TYPE_CHECKING:
     import asyncio
@@ -61,24 +74,42 @@ UDP_READ_SIZE = 64 * 1024
 
 # asyncio's selector datagram transport is an asyncio.DatagramTransport only
 # from 3.12 on (python/cpython#90352, not backported); on 3.11 it is a plain
-# Transport.  The bases follow the running Python so isinstance answers alike
-# (``object`` as a second base changes nothing: it ends every MRO anyway).
+# Transport.  What isinstance() sees follows the running Python, so it
+# answers alike.
 if sys.version_info >= (3, 12):
-    _DatagramKind = transports.DatagramTransport
+
+    class _DatagramKind(transports._FlowControlMixin, transports.DatagramTransport):
+        __slots__ = ()
+
 else:
-    _DatagramKind = object
+    _DatagramKind = transports._FlowControlMixin
 
 
-class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
+class DatagramSocketTransport(SocketTransportBase):
     """A UDP or Unix datagram socket, driven by readiness callbacks.
 
     ``address`` is the fixed destination of a "connected" endpoint
     (``remote_addr``): ``sendto`` then refuses any other address.
     """
 
+    __slots__ = ("_address", "_connected", "_recv_view", "_udp")
+
     # A DatagramProtocol, or whatever set_protocol() was given: asyncio does
     # not check either.
     _protocol: Any
+    # Compiled build only (C fields, in datagram.pxd): the raw sockaddr of the
+    # sender of the last datagram read, and its address tuple, so that a
+    # datagram from the same sender gets the same tuple and sendto() to that
+    # very tuple skips parsing it (socketcalls.pxd).
+    _peer: bytearray
+    _peer_address: Any
+
+    # What asyncio's Transport has and its datagram transport leaves alone:
+    # they raise NotImplementedError.
+    write = transports.WriteTransport.write
+    writelines = transports.WriteTransport.writelines
+    write_eof = transports.WriteTransport.write_eof
+    can_write_eof = transports.WriteTransport.can_write_eof
 
     def __init__(
         self,
@@ -89,12 +120,13 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
         waiter: asyncio.Future[None] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        transports.BaseTransport.__init__(self, extra)
-        self._attach_socket(loop, sock)
+        SocketTransportBase.__init__(self, loop, sock, extra)
         self._connected = bool(self._extra["peername"])
         self._address = address
         self._recv_view = loop._shared_recv_buffer()
         self._udp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        if self._direct_calls and self._udp:
+            self._peer = bytearray(SOCKADDR_STORAGE_SIZE)
         self._protocol = protocol
         self._protocol_connected = True
         # The write buffer holds (bytes, address) pairs.
@@ -113,67 +145,164 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
             return
         self._loop._add_reader(self._sock_fd, self._read_ready)
 
-    def _read_ready(self):
-        if self._conn_lost:
-            return
-        try:
-            if self._udp:
-                data, addr = self._sock.recvfrom(UDP_READ_SIZE)
-            else:
-                nbytes, addr = self._sock.recvfrom_into(self._recv_view)
-                data = bytes(self._recv_view[:nbytes])
-        except _RETRY:
-            return
-        except OSError as exc:
-            self._protocol.error_received(exc)
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on datagram transport")
-            return
-        self._protocol.datagram_received(data, addr)
+    # _read_ready and sendto come in two builds, alike but for the socket calls:
+    # the compiled build calls recvfrom(2), send(2) and sendto(2) on the fd
+    # itself when it may (socketcalls.pxd); the pure build always calls the
+    # socket's methods.  Both builds run every test.  (A test of _direct_calls in
+    # one shared copy would cost the pure build about 70 instructions a call.)
+    if cython.compiled:
 
-    # -- writing -----------------------------------------------------------------
-
-    def sendto(self, data: bytes | bytearray | memoryview, addr: _Address | None = None) -> None:
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"data argument must be a bytes-like object, not {type(data).__name__!r}"
-            )
-        if _DROP_EMPTY and not data:
-            return
-        if self._address:
-            if addr not in (None, self._address):
-                raise ValueError(f"Invalid address: must be None or {self._address}")
-            addr = self._address
-        if self._conn_lost:
-            # Closed: drop it, and say so once the caller keeps trying.
-            if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
-                logger.warning("socket.send() raised exception.")
-            self._conn_lost += 1
-            return
-        if not self._buffer:
-            # Nothing queued: try to send it right away.
-            try:
-                if self._connected:
-                    self._sock.send(data)
-                else:
-                    # A None address reaches the socket, which raises
-                    # TypeError, as it does under asyncio.
-                    self._sock.sendto(data, addr)  # type: ignore[arg-type]
+        def _read_ready(self):
+            if self._conn_lost:
                 return
+            try:
+                if not self._udp:
+                    nbytes, addr = self._sock.recvfrom_into(self._recv_view)
+                    data = bytes(self._recv_view[:nbytes])
+                elif self._direct_calls:
+                    data, addr = sock_recvfrom_inet(
+                        self._sock_fd, UDP_READ_SIZE, self._peer, self._peer_address
+                    )
+                    self._peer_address = addr
+                else:
+                    data, addr = self._sock.recvfrom(UDP_READ_SIZE)
             except _RETRY:
-                self._loop._add_writer(self._sock_fd, self._sendto_ready)
+                return
             except OSError as exc:
                 self._protocol.error_received(exc)
                 return
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on datagram transport")
+                self._fatal_error(exc, "Fatal read error on datagram transport")
                 return
-        # Queue a private copy: the caller may reuse a mutable buffer.
+            self._protocol.datagram_received(data, addr)
+
+    else:
+
+        def _read_ready(self):
+            if self._conn_lost:
+                return
+            try:
+                if self._udp:
+                    data, addr = self._sock.recvfrom(UDP_READ_SIZE)
+                else:
+                    nbytes, addr = self._sock.recvfrom_into(self._recv_view)
+                    data = bytes(self._recv_view[:nbytes])
+            except _RETRY:
+                return
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal read error on datagram transport")
+                return
+            self._protocol.datagram_received(data, addr)
+
+    # -- writing -----------------------------------------------------------------
+
+    if cython.compiled:
+
+        def sendto(
+            self, data: bytes | bytearray | memoryview, addr: _Address | None = None
+        ) -> None:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+                )
+            if _DROP_EMPTY and not data:
+                return
+            if self._address:
+                if addr not in (None, self._address):
+                    raise ValueError(f"Invalid address: must be None or {self._address}")
+                addr = self._address
+            if self._conn_lost:
+                # Closed: drop it, and say so once the caller keeps trying.
+                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                    logger.warning("socket.send() raised exception.")
+                self._conn_lost += 1
+                return
+            if not self._buffer:
+                # Nothing queued: try to send it right away.
+                try:
+                    if self._connected:
+                        if self._direct_calls and type(data) is bytes:
+                            sock_send(self._sock_fd, data)
+                        else:
+                            self._sock.send(data)
+                    elif (
+                        addr is self._peer_address
+                        and addr is not None
+                        and self._direct_calls
+                        and type(data) is bytes
+                    ):
+                        # The sender of the last datagram read (socketcalls.pxd).
+                        sock_sendto_peer(self._sock_fd, data, self._peer, self._sock, addr)
+                    else:
+                        # A None address reaches the socket, which raises
+                        # TypeError, as it does under asyncio.
+                        self._sock.sendto(data, addr)  # type: ignore[arg-type]
+                    return
+                except _RETRY:
+                    self._loop._add_writer(self._sock_fd, self._sendto_ready)
+                except OSError as exc:
+                    self._protocol.error_received(exc)
+                    return
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._fatal_error(exc, "Fatal write error on datagram transport")
+                    return
+            self._queue(data, addr)
+
+    else:
+
+        def sendto(
+            self, data: bytes | bytearray | memoryview, addr: _Address | None = None
+        ) -> None:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+                )
+            if _DROP_EMPTY and not data:
+                return
+            if self._address:
+                if addr not in (None, self._address):
+                    raise ValueError(f"Invalid address: must be None or {self._address}")
+                addr = self._address
+            if self._conn_lost:
+                # Closed: drop it, and say so once the caller keeps trying.
+                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                    logger.warning("socket.send() raised exception.")
+                self._conn_lost += 1
+                return
+            if not self._buffer:
+                # Nothing queued: try to send it right away.
+                try:
+                    if self._connected:
+                        self._sock.send(data)
+                    else:
+                        # A None address reaches the socket, which raises
+                        # TypeError, as it does under asyncio.
+                        self._sock.sendto(data, addr)  # type: ignore[arg-type]
+                    return
+                except _RETRY:
+                    self._loop._add_writer(self._sock_fd, self._sendto_ready)
+                except OSError as exc:
+                    self._protocol.error_received(exc)
+                    return
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._fatal_error(exc, "Fatal write error on datagram transport")
+                    return
+            self._queue(data, addr)
+
+    def _queue(self, data, addr):
+        """Queue a datagram that cannot go now, behind those already queued."""
+        # A private copy: the caller may reuse a mutable buffer.
         self._buffer.append((bytes(data), addr))
         self._buffer_size += len(data) + _HEADER_SIZE
         self._maybe_pause_protocol()
@@ -213,3 +342,6 @@ class DatagramSocketTransport(SocketTransportBase, _DatagramKind):
     def _drop_first(self):
         data = self._buffer.popleft()[0]
         self._buffer_size -= len(data) + _HEADER_SIZE
+
+
+show_as(DatagramSocketTransport, _DatagramKind)

@@ -1,9 +1,19 @@
+# cython: annotation_typing=False
 """What the stream and datagram socket transports share.
 
-The socket and its extra info, reading switched on and off, the repr, and
-the end of a transport: ``close()`` once the write buffer is out,
-``abort()`` and fatal errors at once, and ``connection_lost`` exactly once,
-after which the socket is closed and the transport lets go of the loop.
+The socket and its extra info, reading switched on and off, write flow
+control, the repr, and the end of a transport: ``close()`` once the write
+buffer is out, ``abort()`` and fatal errors at once, and ``connection_lost``
+exactly once, after which the socket is closed and the transport lets go of
+the loop.
+
+The compiled build (setup.py) turns these classes into C types, typed by
+``socketbase.pxd`` and its siblings: a read or a write is then C code from
+the loop's call to the protocol's.  A C type cannot derive from a Python
+class, so none of them derives from asyncio's transport classes, in either
+build: ``__class__`` answers ``isinstance()`` instead (``show_as``), as for
+snakeloop's futures, and each class defines or borrows every method those
+asyncio classes would give it.
 
 OS facts this module relies on:
 
@@ -20,37 +30,84 @@ import logging
 import socket
 import warnings
 from asyncio import protocols, trsock
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from .._core import cythonshim as cython
+from .._core.classviews import isinstance_view
 from .._core.futures import _set_result_unless_cancelled
 from .errors import report_transport_error
-from .flowcontrol import FlowControlMixin
+from .flowcontrol import checked_limits, tell_protocol
 from .recvbuffer import RECV_BUFFER_SIZE
+from .socketcalls import calls_reach_the_fd
 
 if TYPE_CHECKING:
     from .._core.contract import LoopContract
 
-__all__ = ["SocketTransportBase"]
+__all__ = ["SocketTransportBase", "show_as"]
 
 logger = logging.getLogger("asyncio")
 
+# Each transport class -> the class its instances show isinstance() (show_as).
+_ISINSTANCE_VIEWS: dict[type, type] = {}
 
-class SocketTransportBase(FlowControlMixin):
+_set_class = object.__dict__["__class__"].__set__
+
+
+def show_as(cls: type, asyncio_kind: type) -> None:
+    """Make ``isinstance(transport, C)`` true for a ``cls`` instance wherever it is for
+    ``asyncio_kind``'s.
+
+    Only ``cls`` itself: a subclass is its own ``__class__``, so that its class
+    attributes stay reachable through it.
+    """
+    _ISINSTANCE_VIEWS[cls] = isinstance_view(cls, asyncio_kind)
+
+
+class SocketTransportBase:
     """Needs ``_add_reader()`` (start watching for reads) from the subclass."""
 
-    max_size = RECV_BUFFER_SIZE
-    # Set by _attach_socket, dropped once connection_lost has run.  Before
-    # and after, the state flags (_closing, _conn_lost) keep every method
-    # but __repr__ and __del__ off them, and those two check for None.
-    _sock: socket.socket = None  # type: ignore[assignment]
-    _loop: LoopContract = None  # type: ignore[assignment]
-    _protocol: protocols.BaseProtocol
-    _extra: dict[str, Any]  # asyncio.BaseTransport's slot
+    # Slots keep every attribute inside the object (C fields when compiled);
+    # __dict__ stays available for attributes that user code sets, as on
+    # asyncio's transports.
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "_buffer",
+        "_buffer_size",
+        "_closing",
+        "_conn_lost",
+        "_direct_calls",
+        "_extra",
+        "_high_water",
+        "_loop",
+        "_low_water",
+        "_paused",
+        "_protocol",
+        "_protocol_connected",
+        "_protocol_paused",
+        "_sock",
+        "_sock_fd",
+    )
 
-    def _attach_socket(self, loop, sock):
-        """The first half of ``__init__``: the socket, its extra info, state."""
+    max_size = RECV_BUFFER_SIZE
+
+    _sock: socket.socket
+    _loop: LoopContract
+    _buffer: collections.deque[Any]
+    _protocol: protocols.BaseProtocol
+
+    def __init__(
+        self, loop: LoopContract, sock: socket.socket, extra: dict[str, Any] | None
+    ) -> None:
+        # _sock and _loop are None before this and once connection_lost has
+        # run; the state flags (_closing, _conn_lost) keep every method but
+        # __repr__ and __del__ off them then, and those two check for None.
+        self._sock = None  # type: ignore[assignment]
         self._loop = loop
+        self._extra = {} if extra is None else extra
         self._extra["socket"] = trsock.TransportSocket(sock)
         try:
             self._extra["sockname"] = sock.getsockname()
@@ -61,14 +118,32 @@ class SocketTransportBase(FlowControlMixin):
                 self._extra["peername"] = sock.getpeername()
             except OSError:
                 self._extra["peername"] = None
-        self._sock = sock
         self._sock_fd = sock.fileno()
+        # Whether reads and writes call recv(2), send(2) & co. on the fd itself
+        # (socketcalls.pxd): in the compiled build, for a plain socket.socket.
+        # A flag, not a test of cython.compiled where they read or write: it
+        # costs the pure build less.
+        self._direct_calls = cython.compiled and calls_reach_the_fd(sock)
         self._buffer = collections.deque()
         self._buffer_size = 0
         self._conn_lost = 0  # >0 once connection_lost is scheduled
         self._closing = False
         self._paused = False
-        self._set_write_buffer_limits()
+        self._protocol_connected = False
+        self._protocol_paused = False
+        self._high_water, self._low_water = checked_limits()
+        self._sock = sock
+
+    # isinstance(transport, asyncio.Transport) holds as on the stdlib loop:
+    # when the type check fails, isinstance() consults __class__ (show_as).
+    @property  # type: ignore[misc]
+    def __class__(self):
+        cls = type(self)
+        return _ISINSTANCE_VIEWS.get(cls, cls)
+
+    @__class__.setter
+    def __class__(self, cls):
+        _set_class(self, cls)
 
     def _add_reader(self) -> None:
         """Start watching the socket for reads, if the transport reads now."""
@@ -99,10 +174,16 @@ class SocketTransportBase(FlowControlMixin):
             info.append(f"write=<{state}, bufsize={self.get_write_buffer_size()}>")
         return "<{}>".format(" ".join(info))
 
-    def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
+    # Kept where a finalizer run at interpreter shutdown still finds it.
+    _warn = staticmethod(warnings.warn)
+
+    def __del__(self) -> None:
         if self._sock is not None:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            self._warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
             self._sock.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._extra.get(name, default)
 
     def get_protocol(self) -> protocols.BaseProtocol:
         return self._protocol
@@ -131,8 +212,30 @@ class SocketTransportBase(FlowControlMixin):
         if self._loop.get_debug():
             logger.debug("%r resumes reading", self)
 
+    # -- write flow control (flowcontrol) -----------------------------------------
+
     def get_write_buffer_size(self) -> int:
         return self._buffer_size
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return (self._low_water, self._high_water)
+
+    def _set_write_buffer_limits(self, high=None, low=None):
+        self._high_water, self._low_water = checked_limits(high, low)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._set_write_buffer_limits(high, low)
+        self._maybe_pause_protocol()
+
+    def _maybe_pause_protocol(self):
+        if self._buffer_size > self._high_water and not self._protocol_paused:
+            self._protocol_paused = True
+            tell_protocol(self, "pause_writing")
+
+    def _maybe_resume_protocol(self):
+        if self._protocol_paused and self._buffer_size <= self._low_water:
+            self._protocol_paused = False
+            tell_protocol(self, "resume_writing")
 
     # -- closing ---------------------------------------------------------------
 
@@ -178,6 +281,6 @@ class SocketTransportBase(FlowControlMixin):
         finally:
             self._loop._detach_transport(self._sock_fd, self)
             self._sock.close()
-            self._sock = None
-            self._protocol = None
-            self._loop = None
+            self._sock = None  # type: ignore[assignment]
+            self._protocol = None  # type: ignore[assignment]
+            self._loop = None  # type: ignore[assignment]

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Stream transports for connected TCP and Unix sockets.
 
 OS facts this module relies on:
@@ -40,9 +41,16 @@ from asyncio import constants, protocols, transports
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+if False:  # Cython reads this import when it compiles the module (setup.py)
+    import cython
+else:
+    from .._core import cythonshim as cython
 from .allocator import keep_large_reads_on_heap
 from .recvbuffer import RECV_BUFFER_SIZE
-from .socketbase import SocketTransportBase
+from .socketbase import SocketTransportBase, show_as
+
+if not cython.compiled:
+    from .socketcalls import sock_recv, sock_send
 
 if TYPE_CHECKING:
     import asyncio
@@ -84,8 +92,19 @@ def set_nodelay(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class SocketTransport(SocketTransportBase, transports.Transport):
+class SocketTransport(SocketTransportBase):
     """A connected TCP or Unix stream socket, driven by readiness callbacks."""
+
+    __slots__ = (
+        "_buffered_protocol",
+        "_bulk_reads",
+        "_chunk_size",
+        "_empty_waiter",
+        "_eof",
+        "_eof_received",
+        "_send_at_once",
+        "_server",
+    )
 
     _start_tls_compatible = True
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
@@ -99,14 +118,13 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         extra: dict[str, Any] | None = None,
         server: AcceptingServer | None = None,
     ) -> None:
-        transports.Transport.__init__(self, extra)
-        self._attach_socket(loop, sock)
+        SocketTransportBase.__init__(self, loop, sock, extra)
         write_chunking = loop._write_chunking
         if write_chunking is not None:
             # A seeded loop's ``chunking_writes``: every send of this transport
             # takes a drawn part of what it is offered (snakeloop.chunking).
             self._sock = write_chunking.view(sock)
-        self._protocol_connected = False
+            self._direct_calls = False
         self._buffered_protocol: bool | None = None  # set_protocol says which reader fits
         # A seeded loop's ``chunking`` (snakeloop.chunking) draws the size of
         # each read: its size function, or None.  Chunked reads of a
@@ -122,7 +140,7 @@ class SocketTransport(SocketTransportBase, transports.Transport):
         self._empty_waiter = None
         self._send_at_once = True  # see _refresh_send_at_once
         if server is not None:
-            server._attach(self)
+            server._attach(self)  # type: ignore[arg-type]  # a Transport by show_as
         set_nodelay(sock)
         self._start(waiter)
 
@@ -163,39 +181,82 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             return
         self._loop._add_reader(self._sock_fd, *self._reader())
 
-    def _read_data(self):
-        if self._conn_lost:
-            return
-        try:
-            if self._bulk_reads:
-                data = self._recv_bulk()
-            else:
-                data = self._sock.recv(READ_SIZE)
-                if len(data) == READ_SIZE:
-                    keep_large_reads_on_heap()
-                    self._bulk_reads = True
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on socket transport")
-            return
-        if not data:
-            self._read_eof()
-            return
-        try:
-            self._protocol.data_received(data)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+    # _read_data and write come in two builds, alike but for the socket call: the
+    # compiled build calls recv(2) and send(2) on the fd itself when it may
+    # (socketcalls.pxd); the pure build always calls the socket's methods.  Both
+    # builds run every test.  (A test of _direct_calls in one shared copy would
+    # cost the pure build about 70 instructions per read and per write.)
+    if cython.compiled:
+
+        def _read_data(self):
+            if self._conn_lost:
+                return
+            try:
+                if self._bulk_reads:
+                    data = self._recv_bulk()
+                else:
+                    if self._direct_calls:
+                        data = sock_recv(self._sock_fd, READ_SIZE)
+                    else:
+                        data = self._sock.recv(READ_SIZE)
+                    if len(data) == READ_SIZE:
+                        keep_large_reads_on_heap()
+                        self._bulk_reads = True
+            except (BlockingIOError, InterruptedError):
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal read error on socket transport")
+                return
+            if not data:
+                self._read_eof()
+                return
+            try:
+                self._protocol.data_received(data)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+    else:
+
+        def _read_data(self):
+            if self._conn_lost:
+                return
+            try:
+                if self._bulk_reads:
+                    data = self._recv_bulk()
+                else:
+                    data = self._sock.recv(READ_SIZE)
+                    if len(data) == READ_SIZE:
+                        keep_large_reads_on_heap()
+                        self._bulk_reads = True
+            except (BlockingIOError, InterruptedError):
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal read error on socket transport")
+                return
+            if not data:
+                self._read_eof()
+                return
+            try:
+                self._protocol.data_received(data)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _recv_bulk(self):
         chunk_size = self._chunk_size
         if chunk_size is not None:
             return self._sock.recv(chunk_size(self._sock_fd, READ_SIZE))
-        data = self._sock.recv(BULK_READ_SIZE)
+        if self._direct_calls:
+            data = sock_recv(self._sock_fd, BULK_READ_SIZE)
+        else:
+            data = self._sock.recv(BULK_READ_SIZE)
         self._bulk_reads = len(data) >= BULK_READ_MIN
         return data
 
@@ -266,28 +327,59 @@ class SocketTransport(SocketTransportBase, transports.Transport):
             self._buffer or self._eof or self._conn_lost or self._empty_waiter is not None
         )
 
-    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
-        if not (self._send_at_once and data.__class__ is bytes and data):
-            # Everything but the common case: asyncio's checks, in its order.
-            if not self._may_write(data):
+    if cython.compiled:
+
+        def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
+            if not (self._send_at_once and type(data) is bytes and data):
+                # Everything but the common case: asyncio's checks, in its order.
+                if not self._may_write(data):
+                    return
+                if self._buffer:
+                    self._buffer_data(data)
+                    self._maybe_pause_protocol()
+                    return
+            try:
+                if self._direct_calls and type(data) is bytes:
+                    n = sock_send(self._sock_fd, data)
+                else:
+                    n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on socket transport")
                 return
-            if self._buffer:
-                self._buffer_data(data)
-                self._maybe_pause_protocol()
+            if n != len(data):
+                self._buffer_unsent(data, n)
+
+    else:
+
+        def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
+            if not (self._send_at_once and data.__class__ is bytes and data):
+                # Everything but the common case: asyncio's checks, in its order.
+                if not self._may_write(data):
+                    return
+                if self._buffer:
+                    self._buffer_data(data)
+                    self._maybe_pause_protocol()
+                    return
+            try:
+                n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on socket transport")
                 return
-        try:
-            n = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal write error on socket transport")
-            return
-        if n == len(data):
-            return
-        if n:
-            data = memoryview(data)[n:]
+            if n != len(data):
+                self._buffer_unsent(data, n)
+
+    def _buffer_unsent(self, data, sent):
+        """Buffer what a write's send left (all but ``sent`` bytes) until writable."""
+        if sent:
+            data = memoryview(data)[sent:]
         self._loop._add_writer(self._sock_fd, self._write_ready)
         self._buffer_data(data)
         self._maybe_pause_protocol()
@@ -347,6 +439,10 @@ class SocketTransport(SocketTransportBase, transports.Transport):
                 if self._buffer:
                     self._loop._add_writer(self._sock_fd, self._write_ready)
             self._maybe_pause_protocol()
+
+    else:
+        # asyncio's: write() of the chunks joined.
+        writelines = transports.WriteTransport.writelines  # type: ignore[assignment]
 
     def _write_ready(self):
         if self._conn_lost or not self._buffer:
@@ -445,3 +541,6 @@ class SocketTransport(SocketTransportBase, transports.Transport):
                 self._server = None
             if self._empty_waiter is not None:
                 self._empty_waiter.set_exception(ConnectionError("Connection is closed by peer"))
+
+
+show_as(SocketTransport, transports._FlowControlMixin)
