@@ -39,7 +39,6 @@ COMPILED_MODULES = [
     "snakeloop.transports.stream",
     "snakeloop.transports.datagram",
 ]
-# benchmarks/compiled.py reads these two literals to compile its copy the same way.
 CYTHON_DIRECTIVES = {"language_level": 3}
 
 

@@ -15,7 +15,8 @@ line::
   name, or an ``fnmatch`` glob (``test_events.TargetEventLoopTests.test_create_*``).
 * ``[TAGS]`` is optional and limits the entry to some Python versions: ``[3.12]`` (only 3.12),
   ``[3.12+]`` (3.12 and later), ``[-3.12]`` (3.12 and earlier), or a comma-separated list of
-  these (``[3.11, 3.13]``).
+  these (``[3.11, 3.13]``).  A tag ``compiled`` or ``pure`` limits it to one build of
+  snakeloop as well (``[3.12+, compiled]``); the version tags, if any, still have to match.
 * Everything after ``#`` is the reason. Blank lines and lines starting with ``#`` are ignored.
 """
 
@@ -59,6 +60,19 @@ def _version_matches(tag: str, version: tuple[int, int]) -> bool:
     return version == v
 
 
+BUILD_TAGS = ("compiled", "pure")
+
+
+def _tags_apply(tags: str, version: tuple[int, int], build: str | None) -> bool:
+    names = [t.strip() for t in tags.split(",")]
+    builds = [t for t in names if t in BUILD_TAGS]
+    versions = [t for t in names if t not in BUILD_TAGS]
+    if builds and build is None:
+        raise ValueError(f"a build tag ({', '.join(builds)}) where the build is not known")
+    version_ok = not versions or any(_version_matches(t, version) for t in versions)
+    return version_ok and (not builds or build in builds)
+
+
 @dataclass
 class Entry:
     pattern: str
@@ -79,7 +93,10 @@ class PatternList:
         self.entries = entries
 
     @classmethod
-    def load(cls, path: str, version: tuple[int, int] | None = None) -> PatternList:
+    def load(
+        cls, path: str, version: tuple[int, int] | None = None, build: str | None = None
+    ) -> PatternList:
+        """The entries that apply to ``version`` and, for build-tagged ones, to ``build``."""
         version = version or sys.version_info[:2]
         entries = []
         if not os.path.exists(path):
@@ -97,7 +114,7 @@ class PatternList:
                     if not sep:
                         raise ValueError(f"{name}:{lineno}: unclosed version tag")
                     try:
-                        applies = any(_version_matches(t, version) for t in tags.split(","))
+                        applies = _tags_apply(tags, version, build)
                     except ValueError as e:
                         raise ValueError(f"{name}:{lineno}: {e}") from None
                     if not applies:

@@ -467,7 +467,11 @@ def load_xfails(target: str) -> _data.PatternList | None:
     """Expected failures apply to snakeloop only: the stdlib controls must pass everything."""
     if target not in ("snakeloop", "snakeloop-seeded"):
         return None
-    return _data.PatternList.load(_data.EXPECTED_FAILURES_FILE)
+    # The workers import the same snakeloop as this process (same path and environment).
+    import snakeloop
+
+    build = "compiled" if snakeloop.COMPILED else "pure"
+    return _data.PatternList.load(_data.EXPECTED_FAILURES_FILE, build=build)
 
 
 def run_jobs(jobs, target, *, parallel=2, progress=None, **kw) -> dict:

@@ -6,6 +6,8 @@ conforming while running nothing of it.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 try:
@@ -87,3 +89,32 @@ def test_every_python_key_of_the_selection_is_a_version_tag():
             _data.module_runs_on(selection, module, version)  # raises on a bad tag
     assert not _data.module_runs_on(selection, "test_server", (3, 12))
     assert _data.module_runs_on(selection, "test_server", (3, 13))
+
+
+def test_list_entries_can_be_limited_to_one_build(tmp_path):
+    listed = tmp_path / "list.txt"
+    listed.write_text(
+        "[3.12+, compiled] test_a.T.test_one  # only compiled, 3.12 on\n"
+        "[pure] test_a.T.test_two  # only pure, every version\n"
+        "test_a.T.test_three  # always\n"
+    )
+
+    def ids(version, build):
+        entries = _data.PatternList.load(str(listed), version, build).entries
+        return [e.pattern.rpartition(".")[2] for e in entries]
+
+    assert ids((3, 12), "compiled") == ["test_one", "test_three"]
+    assert ids((3, 11), "compiled") == ["test_three"]
+    assert ids((3, 13), "pure") == ["test_two", "test_three"]
+    with pytest.raises(ValueError, match="build tag"):
+        _data.PatternList.load(str(listed), (3, 12))
+
+
+def test_expected_failures_load_for_the_running_build():
+    import snakeloop
+
+    xfails = run.load_xfails("snakeloop")
+    assert xfails is not None
+    throw = "test_futures.TargetFutureTests.test_future_iter_throw"
+    expected = snakeloop.COMPILED and sys.version_info >= (3, 12)
+    assert (throw in xfails) == expected
