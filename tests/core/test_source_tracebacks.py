@@ -24,9 +24,11 @@ import pytest
 import snakeloop
 from tests._loopkit import future_class, loop_ctx, task_class
 
+# The loops' own files: asyncio's, and snakeloop's wherever it is imported from (src/ in
+# a checkout, site-packages when installed, as CI tests it).
 _LIBRARY_DIRS = (
     os.path.dirname(asyncio.__file__) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep + "src" + os.sep,
+    os.path.dirname(snakeloop.__file__) + os.sep,
 )
 
 # Deeper than any record.
