@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import weakref
 
 import pytest
 from _loopkit import Raised, outcome, run_within
@@ -308,8 +309,9 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS.keys())
-def test_same_abcs_and_inherited_methods_as_asyncio(scenario, loop, stdlib_loop, tmp_path):
+@contextlib.contextmanager
+def opened_on_both(scenario, loop, stdlib_loop, tmp_path):
+    """``scenario``'s objects, opened on each loop: ``(ref_loop, refs, got_loop, gots)``."""
     opened = {}
     try:
         for kind, lp in (("stdlib", stdlib_loop), ("snakeloop", loop)):
@@ -321,12 +323,47 @@ def test_same_abcs_and_inherited_methods_as_asyncio(scenario, loop, stdlib_loop,
         ref_loop, _, refs = opened["stdlib"]
         got_loop, _, gots = opened["snakeloop"]
         assert gots.keys() == refs.keys()
+        yield ref_loop, refs, got_loop, gots
+    finally:
+        for lp, stack, _ in opened.values():
+            run(lp, stack.aclose())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_same_abcs_and_inherited_methods_as_asyncio(scenario, loop, stdlib_loop, tmp_path):
+    with opened_on_both(scenario, loop, stdlib_loop, tmp_path) as (ref_loop, refs, got_loop, gots):
         report = [
             f"{name} ({type(gots[name]).__name__}): {difference}"
             for name in refs
             for difference in differences(ref_loop, refs[name], got_loop, gots[name])
         ]
         assert not report, "snakeloop differs from asyncio:\n  " + "\n  ".join(report)
-    finally:
-        for lp, stack, _ in opened.values():
-            run(lp, stack.aclose())
+
+
+def object_traits(obj):
+    """What code outside the loop can do to the object itself, method calls aside."""
+    set_attribute = outcome(setattr, obj, "set_by_user_code", "kept")
+    return {
+        "set an attribute": set_attribute,
+        "read it back": outcome(getattr, obj, "set_by_user_code"),
+        "refer to it weakly": outcome(lambda: weakref.ref(obj)() is obj),
+        "class name in repr": type(obj).__name__ in repr(obj) or None,
+    }
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_objects_take_attributes_and_weak_references_as_asyncio_s(
+    scenario, loop, stdlib_loop, tmp_path
+):
+    # The socket transports are C types in the compiled build (no Python base
+    # class): they keep a __dict__ and a __weakref__ slot to stay like these.
+    with opened_on_both(scenario, loop, stdlib_loop, tmp_path) as (_, refs, _, gots):
+        report = [
+            f"{name} ({type(gots[name]).__name__}): {trait}: {got!r}, asyncio: {ref!r}"
+            for name in refs
+            for (trait, ref), got in zip(
+                object_traits(refs[name]).items(), object_traits(gots[name]).values(), strict=True
+            )
+            if got != ref
+        ]
+        assert not report, "snakeloop differs from asyncio:\n  " + "\n  ".join(report)
