@@ -10,3 +10,12 @@ modules use are here.
 """
 
 compiled = False
+
+
+def _compiled_only(*args: object) -> object:
+    raise NotImplementedError("a C API function of the compiled build")
+
+
+# C API functions that the compiled modules' .pxd files declare, for the
+# linters: interpreted, the code that calls them never runs.
+PyContext_CheckExact = PyContext_CopyCurrent = PyContext_Enter = PyContext_Exit = _compiled_only

@@ -2,7 +2,16 @@
 # most of these fields from Python, so they stay Python objects; the tables
 # the run loop walks are typed.
 
+cimport cython
+from cpython.contextvars cimport (
+    PyContext_CheckExact,
+    PyContext_CopyCurrent,
+    PyContext_Enter,
+    PyContext_Exit,
+)
+
 from snakeloop._core.counters cimport LoopCounters
+from snakeloop._core.handles cimport Handle, TimerHandle
 
 
 cdef class CoreLoop:
@@ -32,3 +41,19 @@ cdef class CoreLoop:
     cdef public object _observe
     cdef public object _on_slow_stretch
     cdef public object slow_callback_duration
+
+    @cython.locals(compiled=cython.bint)
+    cpdef _run_iterations(self, once)
+
+    @cython.locals(handle=Handle)
+    cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo) except -1
+
+    @cython.locals(scheduled=list, timers=dict, timer=TimerHandle)
+    cdef _queue_due_timers(self, object when, double end_time)
+
+
+@cython.locals(handle=Handle)
+cdef Handle _new_handle(object callback, object args, CoreLoop loop, object context)
+
+@cython.locals(timer=TimerHandle)
+cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop loop, object context)

@@ -81,7 +81,22 @@ else:
 from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .counters import LoopCounters
-from .handles import Handle, TimerHandle, shorten_source_traceback, skip_when_recording
+from .handles import (
+    Handle,
+    TimerHandle,
+    shorten_source_traceback,
+    skip_when_recording,
+    source_traceback,
+)
+
+if not cython.compiled:
+    # The C API functions the .pxd declares, for the compiled paths only.
+    from .cythonshim import (
+        PyContext_CheckExact,
+        PyContext_CopyCurrent,
+        PyContext_Enter,
+        PyContext_Exit,
+    )
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -128,6 +143,54 @@ def plain_queue(loop: Any) -> collections.deque[Any] | None:
     if getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed:
         return loop._ready
     return None
+
+
+def _new_handle(callback: Any, args: Any, loop: Any, context: Any) -> Handle:
+    """``Handle(callback, args, loop, context)``; compiled, without the call.
+
+    The C fields are set directly, skipping the argument parsing of a class
+    call.  Interpreted, the name is the class itself (below): a function
+    around the call would only add one.
+    """
+    handle = Handle.__new__(Handle)
+    if context is None:
+        context = PyContext_CopyCurrent()
+    handle._context = context
+    handle._loop = loop
+    handle._callback = callback
+    handle._args = args
+    handle._cancelled = False
+    handle._repr = None
+    if loop._debug:
+        handle._source_traceback = source_traceback(0)
+    else:
+        handle._source_traceback = None
+    return handle
+
+
+def _new_timer(when: Any, callback: Any, args: Any, loop: Any, context: Any) -> TimerHandle:
+    """``TimerHandle(when, callback, args, loop, context)``; see ``_new_handle``."""
+    timer = TimerHandle.__new__(TimerHandle)
+    if context is None:
+        context = PyContext_CopyCurrent()
+    timer._context = context
+    timer._loop = loop
+    timer._callback = callback
+    timer._args = args
+    timer._cancelled = False
+    timer._repr = None
+    if loop._debug:
+        timer._source_traceback = source_traceback(1)
+    else:
+        timer._source_traceback = None
+    timer._when = when
+    timer._scheduled = False
+    return timer
+
+
+if not cython.compiled:
+    _new_handle = Handle  # type: ignore[assignment,misc]
+    _new_timer = TimerHandle  # type: ignore[assignment,misc]
 
 
 def _as_handle(loop: Any, entry: Any) -> Handle:
@@ -278,7 +341,7 @@ class CoreLoop:
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_soon")
-        handle = Handle(callback, args, self, context)
+        handle = _new_handle(callback, args, self, context)
         if handle._source_traceback:
             # asyncio's goes through _call_soon: two frames of its own.
             shorten_source_traceback(handle._source_traceback, 2)
@@ -296,7 +359,7 @@ class CoreLoop:
             raise RuntimeError("Event loop is closed")
         if self._debug:
             self._check_callback(callback, "call_soon_threadsafe")
-        handle = Handle(callback, args, self, context)
+        handle = _new_handle(callback, args, self, context)
         if handle._source_traceback:
             # asyncio's goes through _call_soon: two frames of its own.
             shorten_source_traceback(handle._source_traceback, 2)
@@ -360,7 +423,7 @@ class CoreLoop:
             self._check_thread()
             # asyncio names call_at here even when call_later was called.
             self._check_callback(callback, "call_at")
-        timer = TimerHandle(when, callback, args, self, context)
+        timer = _new_timer(when, callback, args, self, context)
         if timer._source_traceback:
             shorten_source_traceback(timer._source_traceback, hidden)
         timers = self._timers
@@ -368,7 +431,7 @@ class CoreLoop:
         if entry is None:
             timers[when] = timer
             _heappush(self._scheduled, when)
-        elif entry.__class__ is list:
+        elif type(entry) is list:
             entry.append(timer)
         else:
             # A second timer for the same deadline: it fires after the first.
@@ -495,6 +558,8 @@ class CoreLoop:
         internal_readers = self._internal_readers
         append = ready.append
         popleft = ready.popleft
+        # Steps 4 and 5 have C versions: Cython folds this into a constant.
+        compiled = cython.compiled
         now = self._now
         # Local counts since the last flush (see LoopCounters.add).
         countdown = limit = 1 if once else _FLUSH_EVERY
@@ -716,31 +781,36 @@ class CoreLoop:
                         lags.append(t - when)
                         timers = self._timers
                         fired -= len(ready)
-                        while True:
-                            _heappop(scheduled)
-                            entry = timers.pop(when)
-                            # A cancelled handle can come due here: step 1 drops
-                            # only the earliest, and a cancel can come after it.  It
-                            # leaves the count now, or the count stays above zero
-                            # with nothing to find.
-                            if entry.__class__ is list:
-                                for handle in entry:
-                                    handle._scheduled = False
-                                    if handle._cancelled:
+                        if compiled:
+                            # The same loop, with the timers typed (its class tests
+                            # would read a compiled handle's __class__ view).
+                            self._queue_due_timers(when, end_time)
+                        else:
+                            while True:
+                                _heappop(scheduled)
+                                entry = timers.pop(when)
+                                # A cancelled handle can come due here: step 1 drops
+                                # only the earliest, and a cancel can come after it.  It
+                                # leaves the count now, or the count stays above zero
+                                # with nothing to find.
+                                if entry.__class__ is list:
+                                    for handle in entry:
+                                        handle._scheduled = False
+                                        if handle._cancelled:
+                                            self._timer_cancelled_count -= 1
+                                        else:
+                                            append(handle)
+                                else:
+                                    entry._scheduled = False
+                                    if entry._cancelled:
                                         self._timer_cancelled_count -= 1
                                     else:
-                                        append(handle)
-                            else:
-                                entry._scheduled = False
-                                if entry._cancelled:
-                                    self._timer_cancelled_count -= 1
-                                else:
-                                    append(entry)
-                            if not scheduled:
-                                break
-                            when = scheduled[0]
-                            if when >= end_time:
-                                break
+                                        append(entry)
+                                if not scheduled:
+                                    break
+                                when = scheduled[0]
+                                if when >= end_time:
+                                    break
                         fired += len(ready)
                         # Like ``handle`` at the end of the iteration: a traceback can
                         # keep this frame after the return, with the last timer fired.
@@ -780,6 +850,9 @@ class CoreLoop:
                         except BaseException as exc:
                             handle._report(exc)
                     batch = None
+                if compiled:
+                    # The same loop in C (see _run_ready).
+                    ntodo = self._run_ready(ntodo)
                 while ntodo:
                     ntodo -= 1
                     handle = popleft()
@@ -823,6 +896,95 @@ class CoreLoop:
             counters.add(
                 limit - countdown, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
             )
+
+    def _run_ready(self, ntodo):
+        """Step 5, compiled: run the first ``ntodo`` entries of the ready queue.
+
+        What the interpreted run loop does inline (a call per callback would
+        cost it more than the work), with the entries' fields read as C
+        fields, a plain entry told by its type (a compiled handle's
+        ``__class__`` is its asyncio view), and contexts entered through the
+        C API instead of a ``Context.run`` method call.  Returns 0: none left.
+        """
+        popleft = self._ready.popleft
+        while ntodo:
+            ntodo -= 1
+            entry = popleft()
+            try:
+                if type(entry) is tuple:
+                    callback, arg, context = entry
+                    if PyContext_CheckExact(context):
+                        PyContext_Enter(context)
+                        try:
+                            callback(arg)
+                        finally:
+                            PyContext_Exit(context)
+                    else:
+                        context.run(callback, arg)
+                elif isinstance(entry, Handle):
+                    handle = entry
+                    if handle._cancelled:
+                        continue
+                    context = handle._context
+                    callback = handle._callback
+                    args = handle._args
+                    if PyContext_CheckExact(context):
+                        PyContext_Enter(context)
+                        try:
+                            if args:
+                                callback(*args)
+                            else:
+                                callback()
+                        finally:
+                            PyContext_Exit(context)
+                    elif args:
+                        context.run(callback, *args)
+                    else:
+                        context.run(callback)
+                elif entry._cancelled:
+                    pass
+                elif entry._args:
+                    entry._context.run(entry._callback, *entry._args)
+                else:
+                    entry._context.run(entry._callback)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                _as_handle(self, entry)._report(exc)
+        return 0
+
+    def _queue_due_timers(self, when, end_time):
+        """Step 4's loop, compiled: queue the timers due before ``end_time``.
+
+        ``when`` is the earliest deadline, known to be due.  As in the
+        interpreted loop, a cancelled timer that comes due leaves the
+        cancelled count instead.
+        """
+        scheduled = self._scheduled
+        timers = self._timers
+        append = self._ready.append
+        while True:
+            _heappop(scheduled)
+            entry = timers.pop(when)
+            if type(entry) is list:
+                for timer in entry:
+                    timer._scheduled = False
+                    if timer._cancelled:
+                        self._timer_cancelled_count -= 1
+                    else:
+                        append(timer)
+            else:
+                timer = entry
+                timer._scheduled = False
+                if timer._cancelled:
+                    self._timer_cancelled_count -= 1
+                else:
+                    append(timer)
+            if not scheduled:
+                return
+            when = scheduled[0]
+            if when >= end_time:
+                return
 
     def _slow_stretch(self, duration):
         """The callbacks between two clock reads ran ``duration`` seconds."""
