@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import gc
 import random
+import socket
 import weakref
 
 import pytest
@@ -352,6 +353,61 @@ def test_cancel_drops_callback_and_args_at_once(fake_loop, how):
     assert owner_ref() is None
     assert handle.cancelled()
     run_once(fake_loop)
+
+
+@pytest.mark.parametrize("last", ["handle", "future callback"])
+def test_a_run_callback_holds_nothing_while_the_loop_waits(any_loop_vt, last):
+    # What the last callback of an iteration was given (a Handle's args, or the
+    # future a done callback gets) is freed before the loop blocks in its poll:
+    # asyncio's iteration drops its handle as it ends.  Here only that freeing
+    # wakes the loop: the weak references' callbacks write the byte it waits for
+    # once both are dead (the first dies as the second callback is dequeued).
+    loop = any_loop_vt
+    a, b = socket.socketpair()
+    seen = []
+    refs = []
+
+    def freed(ref):
+        if not any(ref() for ref in refs):
+            b.send(b"x")
+
+    def consume(arg):
+        seen.append("ran")
+
+    def schedule_handle():
+        token = Token()
+        refs.append(weakref.ref(token, freed))
+        loop.call_soon(consume, token)
+
+    def schedule_future_callback():
+        fut = loop.create_future()
+        refs.append(weakref.ref(fut, freed))
+        fut.add_done_callback(consume)
+        fut.set_result(None)
+
+    def on_readable():
+        loop.remove_reader(a.fileno())
+        seen.append("woken")
+        loop.stop()
+
+    def guard():
+        seen.append("still held after 5 s")
+        loop.stop()
+
+    loop.add_reader(a.fileno(), on_readable)
+    order = [schedule_handle, schedule_future_callback]
+    if last == "handle":
+        order.reverse()
+    for schedule in order:
+        schedule()
+    timer = loop.call_later(5.0, guard)
+    try:
+        loop.run_forever()
+    finally:
+        timer.cancel()
+        a.close()
+        b.close()
+    assert seen == ["ran", "ran", "woken"]
 
 
 def test_cancel_is_idempotent(fake_loop):

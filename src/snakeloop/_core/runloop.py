@@ -599,6 +599,10 @@ class CoreLoop:
                     else:
                         events = None
                 else:
+                    # The last callback's handle goes before a wait, not at
+                    # the end of every iteration: until the next step 5 (or
+                    # lone reader) overwrites it, only the loop's code runs.
+                    handle = None
                     # A poll that may wait: it is timed, and the stretch
                     # before it ends here.  A stretch longer than
                     # slow_callback_duration is always longer than
@@ -826,6 +830,7 @@ class CoreLoop:
                 if self._observe:
                     # Debug mode, instruments or a metrics timing window:
                     # every callback through the observer (snakeloop.observing).
+                    handle = None
                     self._observe.run_ready(ntodo)
                     ntodo = 0
                 elif batch:
@@ -861,8 +866,9 @@ class CoreLoop:
                     # chains100 and sleep0 rows.
                     try:
                         if handle.__class__ is tuple:
-                            callback, arg, context = handle
-                            context.run(callback, arg)
+                            # (callback, arg, context), read in place: locals
+                            # would hold them until the next wait.
+                            handle[2].run(handle[0], handle[1])
                         elif handle._cancelled:
                             pass
                         elif handle._args:
@@ -875,9 +881,6 @@ class CoreLoop:
                         raise
                     except BaseException as exc:
                         _as_handle(self, handle)._report(exc)
-                # A traceback that passed through this frame keeps its locals
-                # alive after the return: drop the last callback's references.
-                handle = callback = arg = context = None
                 countdown -= 1
                 if not countdown:
                     if once or self._stopping:
@@ -892,6 +895,9 @@ class CoreLoop:
                 elif self._stopping:
                     return
         finally:
+            # A traceback that passed through this frame keeps its locals
+            # alive after the return: drop the last callback's handle.
+            handle = None
             # Every way out (stop, run_once, an exception) keeps the counts.
             counters.add(
                 limit - countdown, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
