@@ -51,6 +51,9 @@ cdef class CoreLoop:
     @cython.locals(scheduled=list, timers=dict, timer=TimerHandle)
     cdef _queue_due_timers(self, object when, double end_time)
 
+    @cython.locals(timers=dict, kept=list, live=list, timer=TimerHandle)
+    cdef list _compact_timers(self)
+
 
 @cython.locals(handle=Handle)
 cdef Handle _new_handle(object callback, object args, CoreLoop loop, object context)

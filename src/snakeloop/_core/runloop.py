@@ -1006,7 +1006,7 @@ class CoreLoop:
         while scheduled:
             when = scheduled[0]
             entry = timers[when]
-            if entry.__class__ is list:
+            if type(entry) is list:
                 live = [h for h in entry if not h._cancelled]
                 dropped = len(entry) - len(live)
                 for h in entry:
@@ -1025,23 +1025,35 @@ class CoreLoop:
             del timers[when]
 
     def _compact_timers(self):
-        """Rebuild the heap without its cancelled timers."""
+        """Rebuild the heap without its cancelled timers.
+
+        Entries are told apart by ``type()``, not ``__class__``: compiled, a
+        timer's ``__class__`` is a property (its asyncio view), which cost
+        the timer-churn row 6% of its instructions here.
+        """
         timers = self._timers
         kept = []
         for when in self._scheduled:
             entry = timers[when]
-            handles = entry if entry.__class__ is list else (entry,)
-            live = []
-            for h in handles:
-                if h._cancelled:
-                    h._scheduled = False
+            if type(entry) is list:
+                live = []
+                for timer in entry:
+                    if timer._cancelled:
+                        timer._scheduled = False
+                    else:
+                        live.append(timer)
+                if live:
+                    timers[when] = live if len(live) > 1 else live[0]
+                    kept.append(when)
                 else:
-                    live.append(h)
-            if live:
-                timers[when] = live if len(live) > 1 else live[0]
-                kept.append(when)
+                    del timers[when]
             else:
-                del timers[when]
+                timer = entry
+                if timer._cancelled:
+                    timer._scheduled = False
+                    del timers[when]
+                else:
+                    kept.append(when)
         heapq.heapify(kept)
         self._timer_cancelled_count = 0
         return kept
