@@ -12,6 +12,15 @@ modules use are here.
 compiled = False
 
 
+def locals(**types: object) -> object:  # noqa: A001  # Cython's name
+    """``@cython.locals(name=type)``: compiled, those locals are typed; here, nothing."""
+    return _unchanged
+
+
+def _unchanged(function: object) -> object:
+    return function
+
+
 def _compiled_only(*args: object) -> object:
     raise NotImplementedError("a C API function of the compiled build")
 
