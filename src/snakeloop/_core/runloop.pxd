@@ -11,6 +11,36 @@ from cpython.contextvars cimport (
 )
 
 from snakeloop._core.counters cimport LoopCounters
+
+# time.monotonic without a call into Python: on Linux CPython reads
+# CLOCK_MONOTONIC with clock_gettime, takes the nanoseconds as a 64-bit count
+# and turns them into seconds by an integer division when they are whole, and
+# otherwise by a float division by 1e9; this gives the same double for the same
+# reading, so these reads and loop.time() (the Python one) are one clock.  On
+# macOS time.monotonic is another clock (mach_absolute_time): C_MONOTONIC is 0
+# there and the run loop calls the clock as before.
+cdef extern from *:
+    """
+    #include <time.h>
+    #if defined(__linux__) && defined(CLOCK_MONOTONIC)
+    #define SNAKELOOP_C_MONOTONIC 1
+    static double snakeloop_monotonic_seconds(void) {
+        struct timespec ts;
+        long long ns;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        if (ns % 1000000000LL == 0) {
+            return (double)(ns / 1000000000LL);
+        }
+        return (double)ns / 1e9;
+    }
+    #else
+    #define SNAKELOOP_C_MONOTONIC 0
+    static double snakeloop_monotonic_seconds(void) { return 0.0; }
+    #endif
+    """
+    const bint C_MONOTONIC "SNAKELOOP_C_MONOTONIC"
+    double monotonic_seconds "snakeloop_monotonic_seconds" () nogil
 from snakeloop._core.handles cimport Handle, TimerHandle
 
 
@@ -42,7 +72,18 @@ cdef class CoreLoop:
     cdef public object _on_slow_stretch
     cdef public object slow_callback_duration
 
-    @cython.locals(compiled=cython.bint)
+    @cython.locals(
+        compiled=cython.bint,
+        c_clock=cython.bint,
+        scheduled=list,
+        t=double,
+        last_read=double,
+        flushed_at=double,
+        end_time=double,
+        idle=double,
+        slow=double,
+        flush_gap=double,
+    )
     cpdef _run_iterations(self, once)
 
     @cython.locals(handle=Handle)

@@ -72,6 +72,7 @@ import heapq
 import logging
 import threading
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
+from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any
 
 if False:  # Cython reads this import when it compiles the module (setup.py)
@@ -90,12 +91,14 @@ from .handles import (
 )
 
 if not cython.compiled:
-    # The C API functions the .pxd declares, for the compiled paths only.
+    # The C functions the .pxd declares, for the compiled paths only.
     from .cythonshim import (
+        C_MONOTONIC,
         PyContext_CheckExact,
         PyContext_CopyCurrent,
         PyContext_Enter,
         PyContext_Exit,
+        monotonic_seconds,
     )
 
 if TYPE_CHECKING:
@@ -561,6 +564,10 @@ class CoreLoop:
         # Steps 4 and 5 have C versions: Cython folds this into a constant.
         compiled = cython.compiled
         now = self._now
+        # Compiled, the real clock is read in C (clock_gettime, as time.monotonic
+        # does it on Linux, to the same float): a Python call and a float object
+        # per read were most of what a pending timer costs an iteration.
+        c_clock = compiled and C_MONOTONIC and now is _monotonic
         # Local counts since the last flush (see LoopCounters.add).
         countdown = limit = 1 if once else _FLUSH_EVERY
         polls = ran = ran_io = lone = nevents = backlog = fired = 0
@@ -573,11 +580,12 @@ class CoreLoop:
         timed = counters.timed
         # The last clock read: the stretch since then is timed whole, never
         # callback by callback.
-        last_read = flushed_at = now()
+        last_read = flushed_at = monotonic_seconds() if c_clock else now()
+        # The heap is replaced only below (compaction) and by set_clock, which
+        # refuses a running loop: it is read once, not every iteration.
+        scheduled = self._scheduled
         try:
             while True:
-                scheduled = self._scheduled
-
                 # 1. Lazily cancelled timers.
                 if self._timer_cancelled_count:
                     n = len(scheduled)
@@ -610,7 +618,10 @@ class CoreLoop:
                     # behind one test.
                     polls += 1
                     # metrics=False: a wait without a timer is not timed.
-                    t = now() if timed or scheduled else last_read
+                    if timed or scheduled:
+                        t = monotonic_seconds() if c_clock else now()
+                    else:
+                        t = last_read
                     if t - flushed_at > flush_gap:
                         if t - last_read > slow:
                             self._slow_stretch(t - last_read)
@@ -643,7 +654,8 @@ class CoreLoop:
                             if timeout > MAXIMUM_POLL_TIMEOUT:
                                 timeout = MAXIMUM_POLL_TIMEOUT
                             events = self._poll(timeout)
-                            counters.wait_ended = last_read = now()
+                            last_read = monotonic_seconds() if c_clock else now()
+                            counters.wait_ended = last_read
                             idle += last_read - t
                         else:
                             events = self._poll(0)
@@ -654,7 +666,8 @@ class CoreLoop:
                         else:
                             # Nothing watched and no timer: the loop's deadlock check.
                             events = self._block_forever()
-                        counters.wait_ended = last_read = now()
+                        last_read = monotonic_seconds() if c_clock else now()
+                        counters.wait_ended = last_read
                         idle += last_read - t
                     elif readers or writers or self._block_forever is None:
                         events = self._poll(None)
@@ -665,7 +678,11 @@ class CoreLoop:
                         len(events) == 1
                         and not ready
                         and not self._observe
-                        and (not scheduled or scheduled[0] >= now() + self._clock_resolution)
+                        and (
+                            not scheduled
+                            or scheduled[0]
+                            >= (monotonic_seconds() if c_clock else now()) + self._clock_resolution
+                        )
                     ):
                         # One readable fd, nothing else ready, no timer due: the
                         # iteration is that one reader's callback, so it runs now
@@ -774,10 +791,11 @@ class CoreLoop:
 
                 # 4. Due timers.
                 if scheduled:
-                    t = now()
+                    t = monotonic_seconds() if c_clock else now()
                     if t - last_read > slow:
                         self._slow_stretch(t - last_read)
                     last_read = t
+                    # Read each time: timer_delay's seam changes it while the loop runs.
                     end_time = t + self._clock_resolution
                     when = scheduled[0]
                     if when < end_time:
