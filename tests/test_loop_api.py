@@ -12,6 +12,7 @@ import contextvars
 import functools
 import gc
 import math
+import random
 import socket
 import sys
 import threading
@@ -160,6 +161,32 @@ def test_call_at_keeps_the_deadline_as_given(when):
         return got
 
     assert_same(scenario)
+
+
+def test_due_timers_of_mixed_deadline_types_fire_in_deadline_order():
+    """int, float and huge-int deadlines in one heap leave it by value, as in asyncio.
+
+    Compiled, the heap compares two float deadlines in C and anything else
+    with ``<``; 200 deadlines, all past, pushed in a shuffled order, make
+    every sift path compare the mixed types.
+    """
+
+    def scenario(loop):
+        now = loop.time()
+        rng = random.Random(7)
+        deadlines = [now - 1000 + i * 2.5 for i in range(100)]
+        deadlines += [int(now) - 1001 + i * 5 for i in range(100)]  # ints between them
+        rng.shuffle(deadlines)
+        fired = []
+        far = loop.call_at(10**20, fired.append, "never")
+        for when in deadlines:
+            loop.call_at(when, fired.append, when)
+        loop.call_at(now - 2000, lambda: loop.call_soon(loop.stop))
+        loop.run_forever()
+        far.cancel()
+        return fired == sorted(deadlines, key=float), len(fired), fired[:3] == sorted(deadlines)[:3]
+
+    assert assert_same(scenario) == ("ok", (True, 200, True))
 
 
 @pytest.mark.parametrize("delay", [1e10, math.inf], ids=["huge", "inf"])

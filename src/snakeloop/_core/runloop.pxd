@@ -101,3 +101,13 @@ cdef Handle _new_handle(object callback, object args, CoreLoop loop, object cont
 
 @cython.locals(timer=TimerHandle)
 cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop loop, object context)
+
+
+@cython.locals(x=double, y=double)
+cdef inline bint _earlier(object a, object b) except -1
+
+@cython.locals(pos=Py_ssize_t, parent_pos=Py_ssize_t)
+cdef _heappush(list heap, object item)
+
+@cython.locals(n=Py_ssize_t, pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t)
+cdef object _heappop(list heap)

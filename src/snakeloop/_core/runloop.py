@@ -132,9 +132,68 @@ _WRITABLE = 4
 _NOT_WRITABLE = ~_WRITABLE
 _NOT_READABLE = ~_READABLE
 
-_heappush = heapq.heappush
-_heappop = heapq.heappop
 _get_ident = threading.get_ident
+
+
+# The timer heap's push and pop.  Interpreted, heapq's own (C).  Compiled,
+# these, typed: heapq compares deadlines through rich comparison, a call per
+# step of a sift, and is itself called through Python; here two float
+# deadlines are compared as C doubles.  Deadlines in the heap are unique
+# (equal ones share a _timers entry), so the order in which they leave it is
+# the deadlines' order whatever the sift's path; only the list's layout may
+# differ from heapq's, and nothing reads that.
+def _earlier(a, b):
+    """``a < b``, as C doubles when both are floats (any deadline type works)."""
+    if type(a) is float and type(b) is float:
+        x = a
+        y = b
+        return x < y
+    return a < b
+
+
+def _heappush(heap, item):
+    """``heapq.heappush``: ``item`` goes up from the end to its place."""
+    heap.append(item)
+    pos = len(heap) - 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _earlier(item, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = item
+
+
+def _heappop(heap):
+    """``heapq.heappop``: the last item goes down from the top to its place."""
+    last = heap.pop()
+    n = len(heap)
+    if not n:
+        return last
+    first = heap[0]
+    pos = 0
+    child = 1
+    while child < n:
+        right = child + 1
+        smaller = heap[child]
+        if right < n:
+            other = heap[right]
+            if _earlier(other, smaller):
+                child = right
+                smaller = other
+        if not _earlier(smaller, last):
+            break
+        heap[pos] = smaller
+        pos = child
+        child = 2 * pos + 1
+    heap[pos] = last
+    return first
+
+
+if not cython.compiled:
+    _heappush = heapq.heappush  # noqa: F811
+    _heappop = heapq.heappop  # noqa: F811
 
 
 def plain_queue(loop: Any) -> collections.deque[Any] | None:
