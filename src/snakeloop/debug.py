@@ -39,6 +39,7 @@ class DebugMixin(LoopMixinBase):
 
     def set_debug(self, enabled: bool) -> None:
         self._debug = enabled
+        self._refresh_plain_ready()
         # Debug mode runs each callback through the observer, which times it.
         self._update_observer()
         if self.is_running():

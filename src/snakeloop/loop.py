@@ -354,6 +354,7 @@ class Loop(
             self._metrics_recorder = MetricsRecorder(self, metrics_on)
             self._on_slow_stretch = self._metrics_recorder.on_slow_stretch
         self._debug = debug_from_environment()
+        self._refresh_plain_ready()
         self._update_observer()
         self._task_factory: _TaskFactory | None = None
         self._exception_handler = None
@@ -516,6 +517,7 @@ class Loop(
         if self._debug:
             logger.debug("Close %r", self)
         self._closed = True
+        self._refresh_plain_ready()
         self._ready.clear()
         if self._schedule is not None:
             self._schedule.finish()
@@ -550,6 +552,7 @@ class Loop(
         if self._closed:
             return
         self._closed = True
+        self._refresh_plain_ready()
         inherited = self._io
         self._io = forking.InheritedBackend()
         # run_once polls through its own reference to the backend's method.
@@ -652,6 +655,7 @@ class Loop(
             new = InstrumentedReady(ready, tasks)
         ready.clear()
         self._ready = new
+        self._refresh_plain_ready()
         if ready.__class__ is collections.deque:
             # Another thread may have read _ready just before: what it
             # appends moves on at the next poll (IoWaitHooks).

@@ -433,6 +433,56 @@ def test_a_loop_that_refuses_plain_entries_sees_every_callback_through_call_soon
         loop.close()
 
 
+class _TaskHooks(snakeloop.Instrument):
+    def before_task_step(self, task):
+        pass
+
+
+def test_plain_queue_follows_debug_mode_the_ready_queue_and_close(monkeypatch):
+    def done_callback_entry(loop):
+        fut = loop.create_future()
+        fut.add_done_callback(lambda f: None)
+        fut.set_result(None)
+        return loop._ready.pop()
+
+    monkeypatch.delenv("PYTHONASYNCIODEBUG", raising=False)
+    loop = snakeloop.Loop()
+    try:
+        assert plain_queue(loop) is loop._ready
+        assert type(done_callback_entry(loop)) is tuple
+        loop.set_debug(True)
+        assert plain_queue(loop) is None
+        # In debug mode a done callback is a Handle that says where it was made.
+        entry = done_callback_entry(loop)
+        assert isinstance(entry, asyncio.Handle) and entry._source_traceback
+        loop.set_debug(False)
+        assert plain_queue(loop) is loop._ready
+
+        # Task hooks swap the ready queue for one that reports task steps:
+        # plain entries must go to the queue the loop runs.
+        hooks = _TaskHooks()
+        plain_deque = loop._ready
+        loop.add_instrument(hooks)
+        assert loop._ready is not plain_deque
+        assert plain_queue(loop) is loop._ready
+        loop.remove_instrument(hooks)
+        assert plain_queue(loop) is loop._ready
+    finally:
+        loop.close()
+    assert plain_queue(loop) is None
+    fut = loop.create_future()
+    fut.add_done_callback(lambda f: None)
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        fut.set_result(None)
+
+    monkeypatch.setenv("PYTHONASYNCIODEBUG", "1")
+    loop = snakeloop.Loop()
+    try:
+        assert loop.get_debug() and plain_queue(loop) is None
+    finally:
+        loop.close()
+
+
 # -------------------------------------------------- the property, on random runs
 
 # Deadlines sit on a 0.25 s grid and the clock stops half-way between grid

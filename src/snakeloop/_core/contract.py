@@ -210,7 +210,16 @@ class LoopContract(Protocol):
 
     @property
     def _accepts_plain_callbacks(self) -> bool:
-        """Whether ``_ready`` takes ``_core``'s handle-free entries (else: call_soon)."""
+        """Whether the loop's class lets ``_ready`` take ``_core``'s handle-free entries."""
+        ...
+
+    @property
+    def _plain_ready(self) -> collections.deque[Any] | None:
+        """``_ready`` while a handle-free entry may go in it now, else None (then: call_soon)."""
+        ...
+
+    def _refresh_plain_ready(self) -> None:
+        """Recompute ``_plain_ready`` after debug mode, ``_closed`` or ``_ready`` changed."""
         ...
 
     @property

@@ -16,12 +16,12 @@ What they use of a loop: on any loop, its public API (``call_soon``,
 on other loops.  On a loop that takes plain callbacks they queue done
 callbacks and task steps as plain entries instead of ``call_soon``, by the
 rule "Queueing a plain callback" in ``_core/runloop.py``, and so also read
-``_accepts_plain_callbacks``, ``_debug`` and ``_closed`` and append to
-``_ready``; an eager first step reads ``_instrument_tasks`` (the loop's
-instruments' task hooks, or None), which it calls around the step: nothing
-else of a loop.  (tests/core/test_futures.py holds this list to the code.)
-Where a comment says a call "cost" a benchmark row so many instructions,
-the figure is from callgrind on CPython 3.11.
+``_plain_ready`` and append to it; an eager first step reads
+``_instrument_tasks`` (the loop's instruments' task hooks, or None), which
+it calls around the step: nothing else of a loop.
+(tests/core/test_futures.py holds this list to the code.)  Where a comment
+says a call "cost" a benchmark row so many instructions, the figure is from
+callgrind on CPython 3.11.
 
 Private attribute names (``_state``, ``_callbacks`` (a property), ``_fut_waiter``,
 ``_must_cancel`` ...) are the ones asyncio uses: the standard library's repr
@@ -190,9 +190,10 @@ class Future(_TypingOnlyGeneric[_T]):
         self._cancelled_exc = None
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
-        # loop._debug on snakeloop's own loops (see Task._setup): futures are
-        # made on every stream read, and get_debug() is a Python call there.
-        if loop._debug if getattr(loop, "_accepts_plain_callbacks", False) else loop.get_debug():  # type: ignore[attr-defined,union-attr]
+        # A loop that takes plain entries now is not in debug mode (see
+        # Task._setup): futures are made on every stream read, and
+        # get_debug() is a Python call.
+        if getattr(loop, "_plain_ready", None) is None and loop.get_debug():  # type: ignore[union-attr]
             self._source_traceback = source_traceback(0)
         else:
             self._source_traceback = None
@@ -410,14 +411,10 @@ class Future(_TypingOnlyGeneric[_T]):
             # One waiter (a task) on a snakeloop loop: _schedule_callbacks
             # with plain_queue(loop), written out.  The two calls cost a
             # streams echo (a future per read) 4% more instructions.
-            loop = self._loop
-            if (
-                getattr(loop, "_accepts_plain_callbacks", False)
-                and not loop._debug
-                and not loop._closed
-            ):
+            ready = getattr(self._loop, "_plain_ready", None)
+            if ready is not None:
                 self._callback0 = None
-                loop._ready.append((callback0, self, self._context0))
+                ready.append((callback0, self, self._context0))
                 self._context0 = None
                 return
         self._schedule_callbacks()
@@ -519,7 +516,10 @@ class Task(Future[_T]):
         """
         if loop is None:
             loop = _default_loop()
-        plain = getattr(loop, "_accepts_plain_callbacks", False)
+        # plain_queue(loop), written out: the call cost the spawn row 2% more
+        # instructions.  Not None also means "not in debug mode", which
+        # spares a get_debug() call.
+        ready = getattr(loop, "_plain_ready", None)
         # All attributes in one order (see Future.__init__).
         self._loop = loop
         self._callback0 = None  # the first done callback, kept inline
@@ -533,7 +533,7 @@ class Task(Future[_T]):
         self._cancelled_exc = None
         self._asyncio_future_blocking = False
         self._log_traceback_flag = False
-        if loop._debug if plain else loop.get_debug():
+        if ready is None and loop.get_debug():
             self._source_traceback = source_traceback(hidden)
         else:
             self._source_traceback = None
@@ -558,10 +558,8 @@ class Task(Future[_T]):
             self._eager_start()
             self = None  # see _eager_start
             return
-        # plain_queue(loop), written out (``plain`` is read above for the
-        # debug check): the call cost the spawn row 2% more instructions.
-        if plain and not loop._debug and not loop._closed:
-            loop._ready.append((self._step, None, context))
+        if ready is not None:
+            ready.append((self._step, None, context))
         else:
             loop.call_soon(self._step, context=context)
         _register_task(self)
@@ -703,19 +701,16 @@ class Task(Future[_T]):
                 self._result = stop.value
                 self._state = _FINISHED
                 callback0 = self._callback0
-                if (
-                    callback0 is not None
-                    and self._more_callbacks is None
-                    and getattr(loop, "_accepts_plain_callbacks", False)
-                    and not loop._debug
-                    and not loop._closed
-                ):
+                ready = None
+                if callback0 is not None and self._more_callbacks is None:
+                    ready = getattr(loop, "_plain_ready", None)
+                if ready is not None:
                     # The common case of _schedule_callbacks (one waiter, on
                     # a snakeloop loop) with plain_queue(loop), written out:
                     # the two calls cost the spawn row 5% more instructions
                     # and gather 4%.
                     self._callback0 = None
-                    loop._ready.append((callback0, self, self._context0))
+                    ready.append((callback0, self, self._context0))
                     self._context0 = None
                 elif callback0 is not None or self._more_callbacks:
                     self._schedule_callbacks()
@@ -733,12 +728,9 @@ class Task(Future[_T]):
                 # plain_queue(loop), written out: the call cost the sleep0
                 # row 5% more instructions.  Like the one above, it is
                 # checked only where it is needed, not on every step.
-                if (
-                    getattr(loop, "_accepts_plain_callbacks", False)
-                    and not loop._debug
-                    and not loop._closed
-                ):
-                    loop._ready.append((self._step, None, self._context))
+                ready = getattr(loop, "_plain_ready", None)
+                if ready is not None:
+                    ready.append((self._step, None, self._context))
                 else:
                     loop.call_soon(self._step, context=self._context)
             elif type(result) in _OWN_CLASSES:

@@ -46,6 +46,7 @@ from snakeloop._core.handles cimport Handle, TimerHandle
 
 cdef class CoreLoop:
     cdef public object _ready
+    cdef public object _plain_ready
     cdef public list _scheduled
     cdef public dict _timers
     cdef public Py_ssize_t _timer_cancelled_count

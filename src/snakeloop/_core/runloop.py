@@ -49,12 +49,16 @@ Futures and tasks queue their done callbacks and steps as plain entries: a
 tuple is several times cheaper to make than a Handle, and a task switch is
 not much more than that.  The rule, for any part of snakeloop:
 
-- queue one only on the deque that ``plain_queue(loop)`` returns.  It
-  returns ``loop._ready`` when the loop's ``_accepts_plain_callbacks`` is
-  true (read with a default of False: other loops have no such attribute),
-  it is not in debug mode (a Handle made there records where it was made)
-  and it is not closed (``call_soon`` raises there); otherwise None, and the
-  callback goes through ``loop.call_soon(callback, arg, context=context)``;
+- queue one only on the deque that ``plain_queue(loop)`` returns: the
+  loop's ``_plain_ready``, read with a default of None (other loops have no
+  such attribute).  A snakeloop loop keeps it equal to ``_ready`` while its
+  class's ``_accepts_plain_callbacks`` is true, it is not in debug mode (a
+  Handle made there records where it was made) and it is not closed
+  (``call_soon`` raises there), and None otherwise: whatever changes one of
+  those, or rebinds ``_ready``, calls ``_refresh_plain_ready()``.  One read
+  of one attribute instead of four is what a task switch can afford.  On
+  None, the callback goes through ``loop.call_soon(callback, arg,
+  context=context)``;
 - append exactly one 3-tuple: ``callback`` is called with exactly one
   positional argument, ``arg``; ``context`` is a ``contextvars.Context``,
   never None;
@@ -62,7 +66,8 @@ not much more than that.  The rule, for any part of snakeloop:
   with the Handles around it.
 
 A subclass that overrides ``call_soon`` to see every callback sets
-``_accepts_plain_callbacks = False``.
+``_accepts_plain_callbacks = False`` in its class body; the loop reads it
+when it is made.
 """
 
 from __future__ import annotations
@@ -202,9 +207,7 @@ def plain_queue(loop: Any) -> collections.deque[Any] | None:
     The rule "Queueing a plain callback" above, as code.  Where a call costs
     too much, it is written out, with a comment that says so.
     """
-    if getattr(loop, "_accepts_plain_callbacks", False) and not loop._debug and not loop._closed:
-        return loop._ready
-    return None
+    return getattr(loop, "_plain_ready", None)
 
 
 def _new_handle(callback: Any, args: Any, loop: Any, context: Any) -> Handle:
@@ -283,6 +286,7 @@ class CoreLoop:
 
     __slots__ = (
         "_ready",
+        "_plain_ready",
         "_scheduled",
         "_timers",
         "_timer_cancelled_count",
@@ -360,7 +364,19 @@ class CoreLoop:
         # instruments, a metrics timing window: snakeloop.observing).
         self._observe = None
         self.slow_callback_duration = 0.1
+        self._refresh_plain_ready()
         io_backend.register(self._waker_fd, _READABLE)
+
+    def _refresh_plain_ready(self) -> None:
+        """Set ``_plain_ready`` from the class's flag, debug mode, ``_closed`` and ``_ready``.
+
+        See "Queueing a plain callback" above: whatever changes one of these
+        calls this.
+        """
+        if self._accepts_plain_callbacks and not self._debug and not self._closed:
+            self._plain_ready = self._ready
+        else:
+            self._plain_ready = None
 
     # -- time ------------------------------------------------------------
 
