@@ -158,6 +158,27 @@ def _named(task: Any, name: object) -> Any:
     return task
 
 
+# The slots of Loop that have a default, set first thing in __init__.
+_SLOT_DEFAULTS: dict[str, Any] = dict.fromkeys(
+    (
+        "_virtual_time",
+        "_task_sites",
+        "_schedule",
+        "_perturbed",
+        "_signal_inbox",
+        "_chunking",
+        "_write_chunking",
+        "_metrics_recorder",
+        "_threads_before",
+        "_instrument_set",
+        "_instrument_tasks",
+        "_stale_ready",
+        "_exception_handler",
+    ),
+)
+_SLOT_DEFAULTS["_watch_outside_work"] = False
+
+
 class Loop(
     CoreLoop,
     ExceptionHandlingMixin,
@@ -187,35 +208,77 @@ class Loop(
     needs ``type(x) is asyncio.Task`` (snakeloop's pass ``isinstance`` checks).
     """
 
+    # Every attribute a loop sets on itself is a slot, so its __dict__ stays
+    # unmade (users and seeded loops may still add to it).  From 3.13 on,
+    # CPython specializes a method call only on an instance whose __dict__
+    # was never made: with one, every loop.call_soon() or loop.create_task()
+    # from Python code takes the generic lookup, about 300 instructions more
+    # a call (callgrind, 3.13).  The slots that have a default get it first
+    # thing in __init__ (_SLOT_DEFAULTS).
+    __slots__ = (
+        "_asyncgens",
+        "_asyncgens_shutdown_called",
+        "_base_poll",
+        "_children",
+        "_chunking",
+        "_deadlock_logged",
+        "_exception_handler",
+        "_executors",
+        "_future_class",
+        "_instrument_set",
+        "_instrument_tasks",
+        "_metrics_recorder",
+        "_offload_executor",
+        "_offload_unheard",
+        "_old_agen_hooks",
+        "_on_deadlock",
+        "_perturbed",
+        "_schedule",
+        "_shared_recv_view",
+        "_signal_inbox",
+        "_signals",
+        "_stale_ready",
+        "_task_class",
+        "_task_factory",
+        "_task_sites",
+        "_threads_before",
+        "_tie_stream",
+        "_transports",
+        "_unwrapped_poll",
+        "_virtual_time",
+        "_watch_outside_work",
+        "_write_chunking",
+    )
+
     # The virtual-time driver (snakeloop.virtualtime), while the clock is virtual.
-    _virtual_time: Any = None
+    _virtual_time: Any
     # task -> (filename, lineno) of the code that created it, in the order the
     # tasks were made; in test mode and on seeded loops only (see
     # _record_task_sites), None otherwise.
-    _task_sites: weakref.WeakKeyDictionary[Any, tuple[str, int]] | None = None
+    _task_sites: weakref.WeakKeyDictionary[Any, tuple[str, int]] | None
     # Whether executors keep the census of their jobs (virtual time and test
     # mode; see pending.py): a few microseconds a job that production skips.
-    _watch_outside_work = False
+    _watch_outside_work: bool
     # A seeded loop's schedule (snakeloop.seeding) and its perturbed poll.
-    _schedule: Any = None
-    _perturbed: Any = None
+    _schedule: Any
+    _perturbed: Any
     # Where a seeded loop's signal handlers wait (perturb "signals"), or None.
-    _signal_inbox: Any = None
+    _signal_inbox: Any
     # A seeded loop's chunking policies (snakeloop.chunking), when those dimensions are on.
-    _chunking: Any = None
-    _write_chunking: Any = None
+    _chunking: Any
+    _write_chunking: Any
     # The slow-callback records and timing window (snakeloop.metrics.recorder),
     # or None on a loop made with metrics=False.
-    _metrics_recorder: Any = None
+    _metrics_recorder: Any
     # The threads alive when the census began (test mode): see _older_threads.
-    _threads_before: weakref.WeakSet[threading.Thread] | None = None
+    _threads_before: weakref.WeakSet[threading.Thread] | None
     # The instruments (snakeloop.instruments) and their task bookkeeping, while
     # any is installed; None otherwise, so that nothing is paid for them.
-    _instrument_set: InstrumentSet | None = None
-    _instrument_tasks: TaskHooks | None = None
+    _instrument_set: InstrumentSet | None
+    _instrument_tasks: TaskHooks | None
     # The ready deque an InstrumentedReady replaced (other threads may still
     # append to it), and the poll the instruments' io-wait hooks wrap.
-    _stale_ready: collections.deque[Any] | None = None
+    _stale_ready: collections.deque[Any] | None
     _unwrapped_poll: Callable[[float | None], Any]
 
     def __init__(
@@ -234,6 +297,8 @@ class Loop(
     ) -> None:
         from .metrics import metrics_mode
 
+        for name, value in _SLOT_DEFAULTS.items():
+            setattr(self, name, value)
         metrics_on = metrics_mode(metrics)
         if on_deadlock is None:
             on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
@@ -445,7 +510,9 @@ class Loop(
             instruments = self._instrument_set
             if instruments is not None:
                 instruments.call_extra("before_run", (), self)
-            if "_run_once" in self.__dict__ or type(self)._run_once is not CoreLoop._run_once:
+            # Asked of the bound method: reading self.__dict__ would make
+            # the dict the slots keep unmade (see __slots__).
+            if getattr(self._run_once, "__func__", None) is not CoreLoop._run_once:
                 # Someone wraps _run_once (to count or time iterations, as
                 # some monitoring tools do): call it once per iteration.
                 run_once = self._run_once
@@ -829,8 +896,9 @@ class Loop(
             if self._task_sites is None:
                 self._task_sites = weakref.WeakKeyDictionary()
             self.__dict__["create_task"] = self._create_task_recording_site
-        else:
-            self.__dict__.pop("create_task", None)
+        elif getattr(self.create_task, "__func__", None) is Loop._create_task_recording_site:
+            # Only then: self.__dict__ would make the dict (see __slots__).
+            del self.create_task
 
     def _pending_tasks_in_creation_order(self) -> list[asyncio.Task[Any]]:
         """This loop's unfinished tasks: those made by ``create_task`` while sites were
