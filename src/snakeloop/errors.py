@@ -50,7 +50,8 @@ def _format_context(context: dict[str, Any]) -> str:
 class ExceptionHandlingMixin(LoopMixinBase):
     """``set/get/default/call_exception_handler`` for the loop."""
 
-    _exception_handler: Callable[[AbstractEventLoop, dict[str, Any]], object] | None = None
+    # A slot of Loop, None until set_exception_handler() (loop._SLOT_DEFAULTS).
+    _exception_handler: Callable[[AbstractEventLoop, dict[str, Any]], object] | None
 
     def get_exception_handler(
         self,

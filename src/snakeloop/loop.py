@@ -159,24 +159,44 @@ def _named(task: Any, name: object) -> Any:
 
 
 # The slots of Loop that have a default, set first thing in __init__.
-_SLOT_DEFAULTS: dict[str, Any] = dict.fromkeys(
-    (
-        "_virtual_time",
-        "_task_sites",
-        "_schedule",
-        "_perturbed",
-        "_signal_inbox",
-        "_chunking",
-        "_write_chunking",
-        "_metrics_recorder",
-        "_threads_before",
-        "_instrument_set",
-        "_instrument_tasks",
-        "_stale_ready",
-        "_exception_handler",
-    ),
+_SLOT_DEFAULTS: dict[str, Any] = {
+    "_virtual_time": None,
+    "_task_sites": None,
+    "_schedule": None,
+    "_perturbed": None,
+    "_signal_inbox": None,
+    "_chunking": None,
+    "_write_chunking": None,
+    "_metrics_recorder": None,
+    "_threads_before": None,
+    "_instrument_set": None,
+    "_instrument_tasks": None,
+    "_stale_ready": None,
+    "_exception_handler": None,
+    "_watch_outside_work": False,
+}
+
+# The slots of Loop that __init__ (or its mixins' set-up) always assigns.
+_SLOTS_WITHOUT_DEFAULT = (
+    "_asyncgens",
+    "_asyncgens_shutdown_called",
+    "_base_poll",
+    "_children",
+    "_deadlock_logged",
+    "_executors",
+    "_future_class",
+    "_offload_executor",
+    "_offload_unheard",
+    "_old_agen_hooks",
+    "_on_deadlock",
+    "_shared_recv_view",
+    "_signals",
+    "_task_class",
+    "_task_factory",
+    "_tie_stream",
+    "_transports",
+    "_unwrapped_poll",
 )
-_SLOT_DEFAULTS["_watch_outside_work"] = False
 
 
 class Loop(
@@ -215,40 +235,7 @@ class Loop(
     # from Python code takes the generic lookup, about 300 instructions more
     # a call (callgrind, 3.13).  The slots that have a default get it first
     # thing in __init__ (_SLOT_DEFAULTS).
-    __slots__ = (
-        "_asyncgens",
-        "_asyncgens_shutdown_called",
-        "_base_poll",
-        "_children",
-        "_chunking",
-        "_deadlock_logged",
-        "_exception_handler",
-        "_executors",
-        "_future_class",
-        "_instrument_set",
-        "_instrument_tasks",
-        "_metrics_recorder",
-        "_offload_executor",
-        "_offload_unheard",
-        "_old_agen_hooks",
-        "_on_deadlock",
-        "_perturbed",
-        "_schedule",
-        "_shared_recv_view",
-        "_signal_inbox",
-        "_signals",
-        "_stale_ready",
-        "_task_class",
-        "_task_factory",
-        "_task_sites",
-        "_threads_before",
-        "_tie_stream",
-        "_transports",
-        "_unwrapped_poll",
-        "_virtual_time",
-        "_watch_outside_work",
-        "_write_chunking",
-    )
+    __slots__ = (*_SLOT_DEFAULTS, *_SLOTS_WITHOUT_DEFAULT)
 
     # The virtual-time driver (snakeloop.virtualtime), while the clock is virtual.
     _virtual_time: Any
@@ -422,7 +409,6 @@ class Loop(
         self._refresh_plain_ready()
         self._update_observer()
         self._task_factory: _TaskFactory | None = None
-        self._exception_handler = None
         self._old_agen_hooks: Any = None
         self._transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
             weakref.WeakValueDictionary()
