@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import re
 import types
 from pathlib import Path
 
 import pytest
 
+import snakeloop
 from snakeloop._core import futures
 from snakeloop._core.futures import Future, Task
 
@@ -76,3 +78,24 @@ def test_the_generic_base_is_for_type_checkers_only():
     # as they were, and Future[int] stays asyncio's kind of alias.
     assert Future.__mro__ == (Future, object)
     assert Task.__mro__ == (Task, Future, object)
+
+
+def test_a_new_future_or_task_has_no_dict_until_an_attribute_is_set():
+    # Compiled, Cython's tp_new would give each one an empty __dict__, and
+    # CPython specializes method calls only on instances without one.
+    async def nothing():
+        return None
+
+    loop = snakeloop.Loop()
+    try:
+        fut = loop.create_future()
+        task = loop.create_task(nothing())
+        for obj in (fut, task):
+            assert not [r for r in gc.get_referents(obj) if type(r) is dict], obj
+        fut.tag = 1
+        assert fut.tag == 1
+        assert vars(fut) == {"tag": 1}
+        fut.cancel()
+        loop.run_until_complete(task)
+    finally:
+        loop.close()

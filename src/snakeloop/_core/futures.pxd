@@ -20,6 +20,27 @@ cdef class Future:
     cdef object __weakref__
 
 
+# Cython's tp_new gives every instance an empty __dict__ at once, and CPython
+# specializes a method call (fut.done()) only on an instance whose dict is
+# unmade: drop it while it is still empty; CPython makes it again on the
+# first attribute set.
+cdef extern from *:
+    """
+    static void snakeloop_drop_empty_dict(PyObject *o) {
+        Py_ssize_t offset = Py_TYPE(o)->tp_dictoffset;
+        PyObject **slot;
+        if (offset <= 0) {
+            return;
+        }
+        slot = (PyObject **)((char *)o + offset);
+        if (*slot != NULL && PyDict_CheckExact(*slot) && PyDict_GET_SIZE(*slot) == 0) {
+            Py_CLEAR(*slot);
+        }
+    }
+    """
+    void drop_empty_dict "snakeloop_drop_empty_dict" (object o)
+
+
 cdef class Task(Future):
     cdef public object _log_destroy_pending
     cdef public object _name

@@ -53,6 +53,10 @@ from .classviews import isinstance_view
 from .handles import skip_when_recording, source_traceback
 from .runloop import plain_queue
 
+if not cython.compiled:
+    # The C function futures.pxd declares, for the compiled paths only.
+    from .cythonshim import drop_empty_dict
+
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
     from collections.abc import Callable, Coroutine, Generator
@@ -170,6 +174,12 @@ class Future(_TypingOnlyGeneric[_T]):
     _asyncio_future_blocking: bool
     _log_traceback_flag: bool
     _source_traceback: StackSummary | None
+
+    if cython.compiled:
+        # Cython calls this from tp_new (see drop_empty_dict in futures.pxd);
+        # the interpreted class does not have it.
+        def __cinit__(self):
+            drop_empty_dict(self)
 
     def __init__(self, *, loop: AbstractEventLoop | None = None) -> None:
         if loop is None:
