@@ -176,7 +176,8 @@ _SLOT_DEFAULTS: dict[str, Any] = {
     "_watch_outside_work": False,
 }
 
-# The slots of Loop that __init__ (or its mixins' set-up) always assigns.
+# The slots of Loop without a default: __init__ or a mixin's set-up assigns
+# each before it is read (_tie_stream only on a loop seeded with timer_ties).
 _SLOTS_WITHOUT_DEFAULT = (
     "_asyncgens",
     "_asyncgens_shutdown_called",
