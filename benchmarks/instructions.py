@@ -1,0 +1,160 @@
+"""Instructions per operation of each scheduling workload, counted by callgrind.
+
+Timings on a small shared VM move by 10-50% between runs; instruction counts repeat to
+within about 1%. So a change to the hot path is judged here first, and timed in
+``python3 -m benchmarks`` second. Each (workload, loop) pair runs twice under
+``valgrind --tool=callgrind``, in a fresh process, at two sizes; the difference of the two
+totals over the difference of the operations leaves out start-up, imports and set-up::
+
+    python3 -m benchmarks.instructions                       # pure, compiled, uvloop
+    python3 -m benchmarks.instructions --only spawn,sleep0 --loops pure,compiled,uvloop
+    python3 -m benchmarks.instructions --baseline main --loops pure,baseline-pure
+
+Loops: ``stdlib``, ``pure`` (this checkout's ``src``), ``compiled`` (the same ``src``
+compiled as setup.py compiles it, see ``benchmarks.compiled``), ``baseline-pure`` and
+``baseline-compiled`` (``--baseline REV``), ``uvloop`` and ``rloop``.
+
+Traps: the timer-churn row batches its timers by how fast the loop runs, so under
+valgrind it moves by a few percent between builds; and a pure tree's count depends
+on the directory it sits in (filenames are hashed and interned), so compare pure trees
+only when both are copies, as ``--baseline`` makes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import baseline, compiled
+from .workloads import WORKLOADS
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_LOOPS = "pure,compiled,uvloop"
+LOOPS = ("stdlib", "pure", "compiled", "baseline-pure", "baseline-compiled", "uvloop", "rloop")
+# (smaller, larger) scale: large enough that per-operation work dominates the difference.
+SCALES = (0.2, 0.4)
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def _factory(loop: str, where: str):
+    if loop == "stdlib":
+        import asyncio
+
+        return asyncio.SelectorEventLoop
+    if loop in ("uvloop", "rloop"):
+        return importlib.import_module(loop).new_event_loop
+    if loop == "pure":
+        sys.path.insert(0, where)
+        return importlib.import_module("snakeloop").new_event_loop
+    if loop == "baseline-pure":
+        return baseline.load(where).new_event_loop
+    # compiled and baseline-compiled: a compiled copy's directory
+    return compiled.load(where).new_event_loop
+
+
+def _child(loop: str, where: str, workload: str, scale: float) -> None:
+    function = {name: fn for name, _, _, fn in WORKLOADS}[workload]
+    factory = _factory(loop, where)
+    event_loop = factory()
+    try:
+        operations, _ = function(event_loop, scale)
+    finally:
+        event_loop.close()
+    print(f"operations {operations}")
+
+
+def _count(loop: str, where: str, workload: str, scale: float) -> tuple[int, int]:
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-m",
+        "benchmarks.instructions",
+        "--child",
+        loop,
+        where,
+        workload,
+        str(scale),
+    ]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # A fixed hash seed makes the counts repeat; the caller may choose another.
+    env.setdefault("PYTHONHASHSEED", "0")
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env)
+    found = _COLLECTED.search(result.stderr)
+    if result.returncode != 0 or found is None:
+        raise RuntimeError(f"{loop} {workload}: {result.stdout}{result.stderr[-2000:]}")
+    operations = int(result.stdout.split("operations")[-1])
+    return int(found.group(1)), operations
+
+
+def per_operation(loop: str, where: str, workload: str) -> float:
+    (small, small_ops), (large, large_ops) = (
+        _count(loop, where, workload, scale) for scale in SCALES
+    )
+    if large_ops <= small_ops:
+        raise RuntimeError(f"{workload}: the two sizes ran {small_ops} and {large_ops} operations")
+    return (large - small) / (large_ops - small_ops)
+
+
+def _locations(loops: list[str], revision: str | None) -> dict[str, str]:
+    where = {"pure": str(REPO / "src")}
+    if "compiled" in loops:
+        where["compiled"] = str(compiled.build())
+    if "baseline-pure" in loops or "baseline-compiled" in loops:
+        if not revision:
+            raise SystemExit("the baseline loops need --baseline REV")
+        directory = baseline.extract(revision)
+        where["baseline-pure"] = str(directory)
+        if "baseline-compiled" in loops:
+            built = compiled.build(directory / baseline.PACKAGE)
+            where["baseline-compiled"] = str(built)
+    return where
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.instructions")
+    names = [name for name, *_ in WORKLOADS]
+    parser.add_argument("--only", help="comma-separated workloads: " + ",".join(names))
+    parser.add_argument("--loops", default=DEFAULT_LOOPS, help=",".join(LOOPS))
+    parser.add_argument("--baseline", metavar="REV", help="the git revision of baseline-*")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        loop, where, workload, scale = args.child
+        _child(loop, where, workload, float(scale))
+        return 0
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    loops = args.loops.split(",")
+    unknown = set(loops) - set(LOOPS)
+    if unknown:
+        raise SystemExit(f"unknown loops: {', '.join(sorted(unknown))}")
+    chosen = args.only.split(",") if args.only else names
+    unknown = set(chosen) - set(names)
+    if unknown:
+        raise SystemExit(f"unknown workloads: {', '.join(sorted(unknown))}")
+    where = _locations(loops, args.baseline)
+    print(f"Python {sys.version.split()[0]}; callgrind instructions per operation")
+    print("| workload | " + " | ".join(loops) + " |")
+    print("|---|" + "---:|" * len(loops))
+    for workload in chosen:
+        counts = []
+        for loop in loops:
+            try:
+                counts.append(f"{per_operation(loop, where.get(loop, ''), workload):,.0f}")
+            except (RuntimeError, ImportError) as exc:
+                print(f"  {loop} {workload} failed: {exc}", file=sys.stderr)
+                counts.append("-")
+        print(f"| {workload} | " + " | ".join(counts) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
