@@ -4,6 +4,7 @@ contexts, eager start, and sleeps on the fake clock."""
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextvars
 import io
 import re
@@ -70,6 +71,87 @@ def test_coroutine_raising_stop_iteration():
 
     result = assert_same(scenario)
     assert result[1].type is RuntimeError
+
+
+class _HandMadeCoroutine(collections.abc.Coroutine):
+    """A coroutine that is not a native one: yields None once, then returns ``value``."""
+
+    def __init__(self, value):
+        self._value = value
+        self._steps = 0
+
+    def send(self, _):
+        self._steps += 1
+        if self._steps == 1:
+            return None
+        raise StopIteration(self._value)
+
+    def throw(self, *exc_info):
+        raise exc_info[0] if len(exc_info) == 1 else exc_info[1]
+
+    def close(self):
+        pass
+
+    def __await__(self):
+        raise NotImplementedError
+
+
+RETURNED_VALUES = {
+    "none": lambda loop: None,
+    "tuple": lambda loop: (1, 2),
+    "false": lambda loop: False,
+    "pending-future": lambda loop: loop.create_future(),
+    "done-future": lambda loop: done_future(loop),
+    "exception-instance": lambda loop: ValueError("returned, not raised"),
+}
+
+
+def done_future(loop):
+    future = loop.create_future()
+    future.set_result(1)
+    return future
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "hand-made"])
+@pytest.mark.parametrize("value", sorted(RETURNED_VALUES))
+def test_what_a_coroutine_returns_is_the_result_whatever_it_is(value, native):
+    # The compiled Task tells a native coroutine's return from its yield by
+    # PyIter_Send's status, and any other coroutine's by StopIteration: a
+    # returned None, future or exception is the result, never awaited, raised
+    # or run again.
+    def scenario(loop):
+        returned = RETURNED_VALUES[value](loop)
+
+        async def native_coroutine():
+            await asyncio.sleep(0)
+            return returned
+
+        coro = native_coroutine() if native else _HandMadeCoroutine(returned)
+        task = loop.create_task(coro, name="t")
+        steps = []
+        loop.call_soon(steps.append, "first")
+        loop.run_until_complete(task)
+        result = task.result()
+        if isinstance(returned, asyncio.Future) and not returned.done():
+            returned.cancel()
+        return result is returned, repr(type(result)) if result is not returned else None
+
+    assert assert_same(scenario) == ("ok", (True, None))
+
+
+def test_a_task_cancelled_in_its_last_step_is_cancelled_not_finished():
+    def scenario(loop):
+        async def cancel_self_then_return():
+            await asyncio.sleep(0)
+            asyncio.current_task().cancel("in the last step")
+            return "value"
+
+        task = loop.create_task(cancel_self_then_return(), name="t")
+        return result_of(loop, task), task.cancelled()
+
+    outcome_, cancelled = assert_same(scenario)[1]
+    assert isinstance(outcome_, Raised) and outcome_.type is asyncio.CancelledError
+    assert cancelled is True
 
 
 def test_yield_instead_of_await():

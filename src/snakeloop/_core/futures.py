@@ -54,8 +54,8 @@ from .handles import skip_when_recording, source_traceback
 from .runloop import plain_queue
 
 if not cython.compiled:
-    # The C function futures.pxd declares, for the compiled paths only.
-    from .cythonshim import drop_empty_dict
+    # The C functions futures.pxd declares, for the compiled paths only.
+    from .cythonshim import coro_send, drop_empty_dict, is_native_coroutine
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
@@ -683,100 +683,200 @@ class Task(Future[_T]):
         # task, which holds the error.
         self = prev_task = hooks = None
 
-    @cython.locals(fut=Future)
-    def _step(self, exc=None):
-        # One step of the coroutine, and what its yield asks for.  This runs
-        # once per task switch: the common outcomes (awaiting one of our own
-        # futures, a bare yield) are handled inline.  Such a future is ``fut``,
-        # typed when compiled: its fields are then read and set in C, not
-        # looked up by name (a quarter of the spawn row's step cost there).
-        if self._state != _PENDING:
-            raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
-        if self._must_cancel:
-            if not isinstance(exc, _CancelledError):
-                exc = self._make_cancelled_error()
-            self._must_cancel = False
-        self._fut_waiter = None
-        loop = self._loop
-        _enter_task(loop, self)
-        try:
-            result = self._coro.send(None) if exc is None else self._coro.throw(exc)
-        except StopIteration as stop:
+    # _step comes in two builds.  The pure one learns that the coroutine
+    # returned from the StopIteration that coro.send() raises.  Compiled, that
+    # exception costs a task about 3000 instructions (made, raised, traced and
+    # caught), so it sends with PyIter_Send (coro_send, futures.pxd), which
+    # returns a status instead; any other coroutine type, and throw(), still
+    # go through the methods.  What follows the send is the same in both: a
+    # test of the build in one shared copy would cost the pure build on every
+    # step.  Both builds run every test.
+    if cython.compiled:
+
+        @cython.locals(fut=Future, returned="bint")
+        def _step(self, exc=None):
+            if self._state != _PENDING:
+                raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
             if self._must_cancel:
+                if not isinstance(exc, _CancelledError):
+                    exc = self._make_cancelled_error()
                 self._must_cancel = False
-                Future.cancel(self, msg=self._cancel_message)
+            self._fut_waiter = None
+            loop = self._loop
+            _enter_task(loop, self)
+            returned = False
+            try:
+                coro = self._coro
+                if exc is None and is_native_coroutine(coro):
+                    result = coro_send(coro, cython.address(returned))
+                else:
+                    try:
+                        result = coro.send(None) if exc is None else coro.throw(exc)
+                    except StopIteration as stop:
+                        result = stop.value
+                        returned = True
+            except _CancelledError as cancelled:
+                self._cancelled_exc = cancelled
+                Future.cancel(self)
+            except (KeyboardInterrupt, SystemExit) as fatal:
+                Future.set_exception(self, fatal)
+                raise
+            except BaseException as error:
+                Future.set_exception(self, error)
             else:
-                # Future.set_result without its state check: a task only
-                # becomes done here, so it is still pending.
-                self._result = stop.value
-                self._state = _FINISHED
-                callback0 = self._callback0
-                ready = None
-                if callback0 is not None and self._more_callbacks is None:
-                    ready = getattr(loop, "_plain_ready", None)
-                if ready is not None:
-                    # The common case of _schedule_callbacks (one waiter, on
-                    # a snakeloop loop) with plain_queue(loop), written out:
-                    # the two calls cost the spawn row 5% more instructions
-                    # and gather 4%.
-                    self._callback0 = None
-                    ready.append((callback0, self, self._context0))
-                    self._context0 = None
-                elif callback0 is not None or self._more_callbacks:
-                    self._schedule_callbacks()
-        except _CancelledError as cancelled:
-            self._cancelled_exc = cancelled
-            Future.cancel(self)
-        except (KeyboardInterrupt, SystemExit) as fatal:
-            Future.set_exception(self, fatal)
-            raise
-        except BaseException as error:
-            Future.set_exception(self, error)
-        else:
-            if result is None:
-                # A bare yield (asyncio.sleep(0)): run again next iteration.
-                # plain_queue(loop), written out: the call cost the sleep0
-                # row 5% more instructions.  Like the one above, it is
-                # checked only where it is needed, not on every step.
-                ready = getattr(loop, "_plain_ready", None)
-                if ready is not None:
-                    ready.append((self._step, None, self._context))
-                else:
-                    loop.call_soon(self._step, context=self._context)
-            elif type(result) in _OWN_CLASSES:
-                fut = result
-                if not fut._asyncio_future_blocking:
-                    self._handle_yield(result)
-                elif fut._loop is not loop:
-                    self._reschedule_with_error(
-                        RuntimeError(
-                            f"Task {self!r} got Future {fut!r} attached to a different loop"
-                        )
-                    )
-                elif fut is self:
-                    self._reschedule_with_error(
-                        RuntimeError(f"Task cannot await on itself: {self!r}")
-                    )
-                else:
-                    fut._asyncio_future_blocking = False
-                    if fut._state == _PENDING:
-                        # add_done_callback, written out for the common case.
-                        if fut._callback0 is None and fut._more_callbacks is None:
-                            fut._callback0 = self._wakeup
-                            fut._context0 = self._context
-                        else:
-                            fut.add_done_callback(self._wakeup, context=self._context)
-                    else:
-                        _schedule(loop, self._wakeup, fut, self._context)
-                    self._fut_waiter = fut
-                    if self._must_cancel and fut.cancel(msg=self._cancel_message):
+                if returned:
+                    if self._must_cancel:
                         self._must_cancel = False
+                        Future.cancel(self, msg=self._cancel_message)
+                    else:
+                        self._result = result
+                        self._state = _FINISHED
+                        callback0 = self._callback0
+                        ready = None
+                        if callback0 is not None and self._more_callbacks is None:
+                            ready = getattr(loop, "_plain_ready", None)
+                        if ready is not None:
+                            self._callback0 = None
+                            ready.append((callback0, self, self._context0))
+                            self._context0 = None
+                        elif callback0 is not None or self._more_callbacks:
+                            self._schedule_callbacks()
+                elif result is None:
+                    ready = getattr(loop, "_plain_ready", None)
+                    if ready is not None:
+                        ready.append((self._step, None, self._context))
+                    else:
+                        loop.call_soon(self._step, context=self._context)
+                elif type(result) in _OWN_CLASSES:
+                    fut = result
+                    if not fut._asyncio_future_blocking:
+                        self._handle_yield(result)
+                    elif fut._loop is not loop:
+                        self._reschedule_with_error(
+                            RuntimeError(
+                                f"Task {self!r} got Future {fut!r} attached to a different loop"
+                            )
+                        )
+                    elif fut is self:
+                        self._reschedule_with_error(
+                            RuntimeError(f"Task cannot await on itself: {self!r}")
+                        )
+                    else:
+                        fut._asyncio_future_blocking = False
+                        if fut._state == _PENDING:
+                            if fut._callback0 is None and fut._more_callbacks is None:
+                                fut._callback0 = self._wakeup
+                                fut._context0 = self._context
+                            else:
+                                fut.add_done_callback(self._wakeup, context=self._context)
+                        else:
+                            _schedule(loop, self._wakeup, fut, self._context)
+                        self._fut_waiter = fut
+                        if self._must_cancel and fut.cancel(msg=self._cancel_message):
+                            self._must_cancel = False
+                else:
+                    self._handle_yield(result)
+            finally:
+                _leave_task(loop, self)
+                self = None  # break the frame/task cycle on errors
+                exc = None
+
+    else:
+
+        @cython.locals(fut=Future)
+        def _step(self, exc=None):
+            # One step of the coroutine, and what its yield asks for.  This runs
+            # once per task switch: the common outcomes (awaiting one of our own
+            # futures, a bare yield) are handled inline.  Such a future is ``fut``,
+            # typed when compiled: its fields are then read and set in C, not
+            # looked up by name (a quarter of the spawn row's step cost there).
+            if self._state != _PENDING:
+                raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
+            if self._must_cancel:
+                if not isinstance(exc, _CancelledError):
+                    exc = self._make_cancelled_error()
+                self._must_cancel = False
+            self._fut_waiter = None
+            loop = self._loop
+            _enter_task(loop, self)
+            try:
+                result = self._coro.send(None) if exc is None else self._coro.throw(exc)
+            except StopIteration as stop:
+                if self._must_cancel:
+                    self._must_cancel = False
+                    Future.cancel(self, msg=self._cancel_message)
+                else:
+                    # Future.set_result without its state check: a task only
+                    # becomes done here, so it is still pending.
+                    self._result = stop.value
+                    self._state = _FINISHED
+                    callback0 = self._callback0
+                    ready = None
+                    if callback0 is not None and self._more_callbacks is None:
+                        ready = getattr(loop, "_plain_ready", None)
+                    if ready is not None:
+                        # The common case of _schedule_callbacks (one waiter, on
+                        # a snakeloop loop) with plain_queue(loop), written out:
+                        # the two calls cost the spawn row 5% more instructions
+                        # and gather 4%.
+                        self._callback0 = None
+                        ready.append((callback0, self, self._context0))
+                        self._context0 = None
+                    elif callback0 is not None or self._more_callbacks:
+                        self._schedule_callbacks()
+            except _CancelledError as cancelled:
+                self._cancelled_exc = cancelled
+                Future.cancel(self)
+            except (KeyboardInterrupt, SystemExit) as fatal:
+                Future.set_exception(self, fatal)
+                raise
+            except BaseException as error:
+                Future.set_exception(self, error)
             else:
-                self._handle_yield(result)
-        finally:
-            _leave_task(loop, self)
-            self = None  # break the frame/task cycle on errors
-            exc = None
+                if result is None:
+                    # A bare yield (asyncio.sleep(0)): run again next iteration.
+                    # plain_queue(loop), written out: the call cost the sleep0
+                    # row 5% more instructions.  Like the one above, it is
+                    # checked only where it is needed, not on every step.
+                    ready = getattr(loop, "_plain_ready", None)
+                    if ready is not None:
+                        ready.append((self._step, None, self._context))
+                    else:
+                        loop.call_soon(self._step, context=self._context)
+                elif type(result) in _OWN_CLASSES:
+                    fut = result
+                    if not fut._asyncio_future_blocking:
+                        self._handle_yield(result)
+                    elif fut._loop is not loop:
+                        self._reschedule_with_error(
+                            RuntimeError(
+                                f"Task {self!r} got Future {fut!r} attached to a different loop"
+                            )
+                        )
+                    elif fut is self:
+                        self._reschedule_with_error(
+                            RuntimeError(f"Task cannot await on itself: {self!r}")
+                        )
+                    else:
+                        fut._asyncio_future_blocking = False
+                        if fut._state == _PENDING:
+                            # add_done_callback, written out for the common case.
+                            if fut._callback0 is None and fut._more_callbacks is None:
+                                fut._callback0 = self._wakeup
+                                fut._context0 = self._context
+                            else:
+                                fut.add_done_callback(self._wakeup, context=self._context)
+                        else:
+                            _schedule(loop, self._wakeup, fut, self._context)
+                        self._fut_waiter = fut
+                        if self._must_cancel and fut.cancel(msg=self._cancel_message):
+                            self._must_cancel = False
+                else:
+                    self._handle_yield(result)
+            finally:
+                _leave_task(loop, self)
+                self = None  # break the frame/task cycle on errors
+                exc = None
 
     def _reschedule_with_error(self, exc):
         self._loop.call_soon(self._step, exc, context=self._context)
