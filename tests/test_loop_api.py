@@ -888,6 +888,26 @@ def test_task_factory_get_set(any_loop):
     assert any_loop.get_task_factory() is None
 
 
+def test_create_task_follows_the_task_factory_as_it_is_set_and_unset(any_loop):
+    # The compiled loop makes its own tasks on a fast path that must be left
+    # while a factory is set, and taken again once it is unset.
+    made = []
+
+    def factory(loop, coro, **kwargs):
+        made.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    async def work():
+        return 1
+
+    calls_after_each = []
+    for task_factory in (None, factory, None):
+        any_loop.set_task_factory(task_factory)
+        any_loop.run_until_complete(any_loop.create_task(work()))
+        calls_after_each.append(len(made))
+    assert calls_after_each == [0, 1, 1]
+
+
 def test_task_factory_rejects_non_callable():
     def scenario(loop):
         return outcome(loop.set_task_factory, 1)

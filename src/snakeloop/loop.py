@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle, skip_when_recording
-from ._core.runloop import CoreLoop
+from ._core.runloop import COMPILED, CoreLoop
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
 from ._process import forking
@@ -185,7 +185,6 @@ _SLOTS_WITHOUT_DEFAULT = (
     "_children",
     "_deadlock_logged",
     "_executors",
-    "_future_class",
     "_offload_executor",
     "_offload_unheard",
     "_old_agen_hooks",
@@ -425,6 +424,7 @@ class Loop(
         else:
             self._future_class = Future
             self._task_class = Task
+        self._refresh_direct_task_class()
         self._init_asyncgens()
         self._init_offload()
         self._signals = SignalHandlers(self)
@@ -990,6 +990,12 @@ class Loop(
         """A new future attached to this loop."""
         return self._future_class(loop=self)
 
+    # Compiled, the core makes futures without a Python frame outside debug
+    # mode (see CoreLoop._create_future_fast).
+    _create_future_slow = create_future
+    if COMPILED:
+        create_future = CoreLoop._create_future_fast  # type: ignore[assignment]
+
     # typeshed gives 3.13's create_task an ``eager_start`` keyword, which
     # (typeshed notes) asyncio takes only from 3.13.3 on; a type checker
     # cannot tell 3.13.0 from 3.13.3.  This loop, like 3.13.0's asyncio,
@@ -1027,6 +1033,12 @@ class Loop(
             return _named(factory(self, coro), name)
         return _named(factory(self, coro, context=context), name)
 
+    # Compiled, the core makes snakeloop's own tasks without a Python frame
+    # and calls this method for the rest (see CoreLoop._create_task_fast).
+    _create_task_slow = create_task
+    if COMPILED:
+        create_task = CoreLoop._create_task_fast  # type: ignore[assignment]
+
     def _create_task_seen_by_instruments(
         self, factory: Callable[..., Any], coro: Any, name: object, context: Context | None
     ) -> Any:
@@ -1055,6 +1067,14 @@ class Loop(
         if factory is not None and not callable(factory):
             raise TypeError("task factory must be a callable or None")
         self._task_factory = factory
+        self._refresh_direct_task_class()
+
+    def _refresh_direct_task_class(self) -> None:
+        """Whatever sets ``_task_factory`` or ``_task_class`` calls this (see ``create_task``)."""
+        if self._task_factory is None and self._task_class is Task:
+            self._direct_task_class = Task
+        else:
+            self._direct_task_class = None
 
     def get_task_factory(self) -> _TaskFactory | None:
         return self._task_factory
@@ -1325,4 +1345,6 @@ class Loop(
 
 # Debug mode's record of where a task or timer was made starts at the caller
 # of these, as it starts at the caller of asyncio's create_task and call_at.
-skip_when_recording(Loop.create_task, Loop._create_task_recording_site, Loop._push_timer_in_a_tie)
+skip_when_recording(
+    Loop._create_task_slow, Loop._create_task_recording_site, Loop._push_timer_in_a_tie
+)

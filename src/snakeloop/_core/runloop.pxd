@@ -72,6 +72,8 @@ cdef class CoreLoop:
     cdef public object _observe
     cdef public object _on_slow_stretch
     cdef public object slow_callback_duration
+    cdef public object _direct_task_class
+    cdef public object _future_class
 
     @cython.locals(
         compiled=cython.bint,

@@ -312,6 +312,8 @@ class CoreLoop:
         "_observe",
         "_on_slow_stretch",
         "slow_callback_duration",
+        "_direct_task_class",
+        "_future_class",
     )
 
     def __init__(self, clock, io_backend, waker):
@@ -364,6 +366,9 @@ class CoreLoop:
         # instruments, a metrics timing window: snakeloop.observing).
         self._observe = None
         self.slow_callback_duration = 0.1
+        # See _create_task_fast and _create_future_fast: the full loop sets them.
+        self._direct_task_class = None
+        self._future_class = None
         self._refresh_plain_ready()
         io_backend.register(self._waker_fd, _READABLE)
 
@@ -377,6 +382,32 @@ class CoreLoop:
             self._plain_ready = self._ready
         else:
             self._plain_ready = None
+
+    # The compiled build's create_task and create_future: snakeloop's own
+    # Task, and the loop's future class, made without a Python frame (one
+    # cost the gather and spawn rows about 700 instructions a task on 3.13,
+    # and every stream read makes a future).  _direct_task_class is that Task
+    # class while no task factory is set, else None.  The full loop keeps
+    # both classes and, as _create_task_slow and _create_future_slow, has the
+    # Python methods that do everything else: debug mode's record of where a
+    # future was made keeps create_future's frame, as asyncio's does.  The
+    # pure build calls those directly: no frame is saved there.
+    if cython.compiled:
+
+        def _create_future_fast(self):
+            if self._debug:
+                return self._create_future_slow()
+            return self._future_class(loop=self)
+
+        def _create_task_fast(self, coro, *, name=None, context=None):
+            task_class = self._direct_task_class
+            if task_class is None or self._closed:
+                return self._create_task_slow(coro, name=name, context=context)
+            task = task_class.__new__(task_class)
+            # asyncio's pure-Python Task, made in its create_task, drops two
+            # frames from its record (see Task._setup).
+            task._setup(coro, self, name, context, False, 2)
+            return task
 
     # -- time ------------------------------------------------------------
 
