@@ -86,11 +86,12 @@ cdef class CoreLoop:
         idle=double,
         slow=double,
         flush_gap=double,
+        io_handle=Handle,
     )
     cpdef _run_iterations(self, once)
 
     @cython.locals(handle=Handle)
-    cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo) except -1
+    cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object popleft) except -1
 
     @cython.locals(scheduled=list, timers=dict, timer=TimerHandle)
     cdef _queue_due_timers(self, object when, double end_time)
