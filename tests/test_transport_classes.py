@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
 import os
 import signal
@@ -367,3 +368,23 @@ def test_objects_take_attributes_and_weak_references_as_asyncio_s(
             if got != ref
         ]
         assert not report, "snakeloop differs from asyncio:\n  " + "\n  ".join(report)
+
+
+@pytest.mark.parametrize("scenario", [tcp, datagram], ids=["tcp", "datagram"])
+def test_a_socket_transport_has_no_dict_until_an_attribute_is_set(scenario, loop, tmp_path):
+    # Compiled, Cython's tp_new would give each one an empty __dict__, and
+    # CPython (3.13 on) specializes a protocol's transport.write() call only
+    # on an instance without one.
+    stack = contextlib.AsyncExitStack()
+    try:
+        opened = run(loop, scenario(loop, stack, tmp_path))
+        transports = [obj for obj in opened.values() if isinstance(obj, asyncio.BaseTransport)]
+        assert transports
+        for transport in transports:
+            dicts = [r for r in gc.get_referents(transport) if type(r) is dict]
+            # The one dict a socket transport holds is its extra info.
+            assert dicts == [transport._extra], transport
+        transports[0].set_by_user_code = "kept"
+        assert vars(transports[0]) == {"set_by_user_code": "kept"}
+    finally:
+        run(loop, stack.aclose())

@@ -20,25 +20,7 @@ cdef class Future:
     cdef object __weakref__
 
 
-# Cython's tp_new gives every instance an empty __dict__ at once, and CPython
-# specializes a method call (fut.done()) only on an instance whose dict is
-# unmade: drop it while it is still empty; CPython makes it again on the
-# first attribute set.
-cdef extern from *:
-    """
-    static void snakeloop_drop_empty_dict(PyObject *o) {
-        Py_ssize_t offset = Py_TYPE(o)->tp_dictoffset;
-        PyObject **slot;
-        if (offset <= 0) {
-            return;
-        }
-        slot = (PyObject **)((char *)o + offset);
-        if (*slot != NULL && PyDict_CheckExact(*slot) && PyDict_GET_SIZE(*slot) == 0) {
-            Py_CLEAR(*slot);
-        }
-    }
-    """
-    void drop_empty_dict "snakeloop_drop_empty_dict" (object o)
+from snakeloop._core.emptydict cimport drop_empty_dict
 
 
 # The compiled Task._step sends into a native coroutine with PyIter_Send

@@ -1,5 +1,7 @@
 # The C type of socketbase.SocketTransportBase (compiled build: setup.py).
 
+from snakeloop._core.emptydict cimport drop_empty_dict
+
 cdef class SocketTransportBase:
     cdef dict __dict__
     cdef object __weakref__

@@ -43,6 +43,10 @@ from .flowcontrol import checked_limits, tell_protocol
 from .recvbuffer import RECV_BUFFER_SIZE
 from .socketcalls import calls_reach_the_fd
 
+if not cython.compiled:
+    # The C function socketbase.pxd cimports, for the compiled build only.
+    from .._core.cythonshim import drop_empty_dict
+
 if TYPE_CHECKING:
     from .._core.contract import LoopContract
 
@@ -93,6 +97,12 @@ class SocketTransportBase:
     )
 
     max_size = RECV_BUFFER_SIZE
+
+    if cython.compiled:
+        # Cython calls this from tp_new (see _core/emptydict.pxd): without a
+        # dict, a protocol's transport.write() is a specialized method call.
+        def __cinit__(self):
+            drop_empty_dict(self)
 
     _sock: socket.socket
     _loop: LoopContract
