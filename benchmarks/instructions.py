@@ -14,15 +14,22 @@ Loops: ``stdlib``, ``pure`` (this checkout's ``src``), ``compiled`` (the same ``
 compiled as setup.py compiles it, see ``benchmarks.compiled``), ``baseline-pure`` and
 ``baseline-compiled`` (``--baseline REV``), ``uvloop`` and ``rloop``.
 
-Traps: the timer-churn row batches its timers by how fast the loop runs, so under
-valgrind it moves by a few percent between builds; and a pure tree's count depends
-on the directory it sits in (filenames are hashed and interned), so compare pure trees
-only when both are copies, as ``--baseline`` makes them.
+``--only echo-protocol,echo-streams`` adds two rows that the default leaves out:
+the server's instructions per 1 KiB round trip of an echo over one TCP connection,
+loaded by a client in another process (not counted).
+
+Traps: the timer-churn row batches its timers by how fast the loop runs, so its
+count under valgrind is not the one the timed run sees (compare builds of one loop
+with it, not loops); a pure tree's count depends on the directory it sits in, so
+compare pure trees only when both are copies, as ``--baseline`` makes them; and the
+echo rows need a quiet machine: a client starved of CPU makes the server poll
+more, and its count moves by up to 2x (on a quiet one, by about 1%).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import os
 import re
@@ -58,8 +65,73 @@ def _factory(loop: str, where: str):
     return compiled.load(where).new_event_loop
 
 
+# A 1 KiB echo client, run by the echo rows in a process of its own: valgrind
+# traces only the server's process, and a client thread would share its GIL.
+_ECHO_CLIENT = """
+import socket, sys
+port, rounds = int(sys.argv[1]), int(sys.argv[2])
+message = b"x" * 1024
+with socket.create_connection(("127.0.0.1", port)) as sock:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for _ in range(rounds):
+        sock.sendall(message)
+        received = 0
+        while received < len(message):
+            received += len(sock.recv(65536))
+"""
+
+
+def _echo(streams: bool):
+    def echo(loop, scale):
+        rounds = int(10_000 * scale)
+
+        async def main():
+            finished = loop.create_future()
+
+            class Echo(asyncio.Protocol):
+                def connection_made(self, transport):
+                    self.transport = transport
+
+                def data_received(self, data):
+                    self.transport.write(data)
+
+                def connection_lost(self, exc):
+                    finished.set_result(None)
+
+            async def handle(reader, writer):
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+                writer.close()
+                finished.set_result(None)
+
+            if streams:
+                server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            else:
+                server = await loop.create_server(Echo, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            client = subprocess.Popen([sys.executable, "-c", _ECHO_CLIENT, str(port), str(rounds)])
+            try:
+                await finished
+            finally:
+                server.close()
+                await server.wait_closed()
+                client.wait()
+
+        loop.run_until_complete(main())
+        return rounds, 0.0
+
+    return echo
+
+
+# Server-side instructions per 1 KiB round trip on one connection: a Protocol
+# that writes back what it receives, and asyncio streams (read, write, drain).
+ECHO_WORKLOADS = {"echo-protocol": _echo(streams=False), "echo-streams": _echo(streams=True)}
+
+
 def _child(loop: str, where: str, workload: str, scale: float) -> None:
-    function = {name: fn for name, _, _, fn in WORKLOADS}[workload]
+    functions = {name: fn for name, _, _, fn in WORKLOADS}
+    function = {**functions, **ECHO_WORKLOADS}[workload]
     factory = _factory(loop, where)
     event_loop = factory()
     try:
@@ -120,7 +192,7 @@ def _locations(loops: list[str], revision: str | None) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m benchmarks.instructions")
-    names = [name for name, *_ in WORKLOADS]
+    names = [name for name, *_ in WORKLOADS] + list(ECHO_WORKLOADS)
     parser.add_argument("--only", help="comma-separated workloads: " + ",".join(names))
     parser.add_argument("--loops", default=DEFAULT_LOOPS, help=",".join(LOOPS))
     parser.add_argument("--baseline", metavar="REV", help="the git revision of baseline-*")
@@ -136,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(loops) - set(LOOPS)
     if unknown:
         raise SystemExit(f"unknown loops: {', '.join(sorted(unknown))}")
-    chosen = args.only.split(",") if args.only else names
+    chosen = args.only.split(",") if args.only else [name for name, *_ in WORKLOADS]
     unknown = set(chosen) - set(names)
     if unknown:
         raise SystemExit(f"unknown workloads: {', '.join(sorted(unknown))}")
