@@ -991,10 +991,10 @@ class Loop(
         return self._future_class(loop=self)
 
     # Compiled, the core makes futures without a Python frame outside debug
-    # mode (see CoreLoop._create_future_fast).
+    # mode (see CoreLoop.create_future).
     _create_future_slow = create_future
     if COMPILED:
-        create_future = CoreLoop._create_future_fast  # type: ignore[assignment]
+        create_future = CoreLoop.create_future  # type: ignore[assignment]
 
     # typeshed gives 3.13's create_task an ``eager_start`` keyword, which
     # (typeshed notes) asyncio takes only from 3.13.3 on; a type checker
@@ -1034,10 +1034,10 @@ class Loop(
         return _named(factory(self, coro, context=context), name)
 
     # Compiled, the core makes snakeloop's own tasks without a Python frame
-    # and calls this method for the rest (see CoreLoop._create_task_fast).
+    # and calls this method for the rest (see CoreLoop.create_task).
     _create_task_slow = create_task
     if COMPILED:
-        create_task = CoreLoop._create_task_fast  # type: ignore[assignment]
+        create_task = CoreLoop.create_task  # type: ignore[assignment]
 
     def _create_task_seen_by_instruments(
         self, factory: Callable[..., Any], coro: Any, name: object, context: Context | None

@@ -366,7 +366,7 @@ class CoreLoop:
         # instruments, a metrics timing window: snakeloop.observing).
         self._observe = None
         self.slow_callback_duration = 0.1
-        # See _create_task_fast and _create_future_fast: the full loop sets them.
+        # See the compiled create_task and create_future: the full loop sets them.
         self._direct_task_class = None
         self._future_class = None
         self._refresh_plain_ready()
@@ -394,15 +394,21 @@ class CoreLoop:
     # pure build calls those directly: no frame is saved there.
     if cython.compiled:
 
-        def _create_future_fast(self):
+        def create_future(self) -> Any:
+            """A new future attached to this loop."""
             if self._debug:
-                return self._create_future_slow()
+                return self._create_future_slow()  # type: ignore[attr-defined]  # Loop's
             return self._future_class(loop=self)
 
-        def _create_task_fast(self, coro, *, name=None, context=None):
+        def create_task(
+            self, coro: Any, *, name: object = None, context: Context | None = None
+        ) -> Any:
+            """Wrap ``coro`` in a task scheduled on this loop."""
             task_class = self._direct_task_class
             if task_class is None or self._closed:
-                return self._create_task_slow(coro, name=name, context=context)
+                return self._create_task_slow(  # type: ignore[attr-defined]  # Loop's
+                    coro, name=name, context=context
+                )
             task = task_class.__new__(task_class)
             # asyncio's pure-Python Task, made in its create_task, drops two
             # frames from its record (see Task._setup).
