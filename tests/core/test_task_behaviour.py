@@ -128,8 +128,6 @@ def test_what_a_coroutine_returns_is_the_result_whatever_it_is(value, native):
 
         coro = native_coroutine() if native else _HandMadeCoroutine(returned)
         task = loop.create_task(coro, name="t")
-        steps = []
-        loop.call_soon(steps.append, "first")
         loop.run_until_complete(task)
         result = task.result()
         if isinstance(returned, asyncio.Future) and not returned.done():
