@@ -241,6 +241,38 @@ def test_timers_of_one_deadline_fire_in_every_order_and_others_keep_theirs():
     )[0] == ["a", "b", "c", "later"]
 
 
+def test_a_tie_is_drawn_among_the_timers_that_can_still_run():
+    """A cancelled timer of the deadline takes no place in the draw: every build
+    draws the same count, so one seed gives one schedule everywhere."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired = []
+        when = loop.time() + 1
+        handles = [loop.call_at(when, fired.append, name) for name in "abc"]
+        handles[1].cancel()
+        loop.call_at(when, fired.append, "d")
+        await asyncio.sleep(2)
+        return fired
+
+    orders = set()
+    for seed in range(60):
+        loop = snakeloop.new_event_loop(
+            seed=seed, perturb="timer_ties", clock=snakeloop.VirtualClock()
+        )
+        try:
+            fired = loop.run_until_complete(main())
+            draws = [d.detail for d in loop.schedule_trace() if d.kind == "timer_ties"]
+        finally:
+            loop.close()
+        # a: nothing to draw; b: among a and b; c: among a, b and c; d, once b
+        # is cancelled: among a, c and d.
+        assert [draw.split()[-1] for draw in draws] == ["2", "3", "3"], draws
+        assert sorted(fired) == ["a", "c", "d"]
+        orders.add("".join(fired))
+    assert orders == {"acd", "adc", "cad", "cda", "dac", "dca"}
+
+
 # -- python -m snakeloop --seed ------------------------------------------------------------
 
 

@@ -375,7 +375,7 @@ class Loop(
                 # In front of the core's method, on this loop only: an
                 # unseeded loop's call_later pays nothing.
                 self._tie_stream = schedule.stream("timer_ties")
-                self.__dict__["_push_timer"] = self._push_timer_in_a_tie
+                self._timer_ties = self._choose_tie_place
             if "timer_delay" in schedule.perturbation:
                 from .perturbation import PollEveryIteration, TimerDelay
 
@@ -578,8 +578,7 @@ class Loop(
         for inbox in (self._threadsafe_inbox, self._signal_inbox):
             if inbox is not None:
                 inbox.clear()
-        self._scheduled.clear()
-        self._timers.clear()
+        self._clear_timers()
         self._executors.close()
         self._close_offload()
         self._signals.close()
@@ -771,25 +770,11 @@ class Loop(
         """The last scheduling choices (``seeding.Decision``), oldest first."""
         return [] if self._schedule is None else self._schedule.trace()  # type: ignore[no-any-return]
 
-    def _push_timer_in_a_tie(
-        self,
-        when: float,
-        callback: Callable[..., object],
-        args: Any,
-        context: Context | None,
-        hidden: int,
-    ) -> asyncio.TimerHandle:
-        timer = CoreLoop._push_timer(self, when, callback, args, context, hidden)
-        entry = self._timers.get(when)
-        if entry.__class__ is list:
-            count = len(entry)
-            place = self._tie_stream.randrange(count)
-            if place != count - 1:
-                entry.insert(place, entry.pop())
-            self._schedule.record(
-                self._perturbed.iteration, "timer_ties", f"place {place} of {count}"
-            )
-        return timer
+    def _choose_tie_place(self, count: int) -> int:
+        """timer_ties: a new timer's place among the ``count`` that can run at its deadline."""
+        place: int = self._tie_stream.randrange(count)
+        self._schedule.record(self._perturbed.iteration, "timer_ties", f"place {place} of {count}")
+        return place
 
     def schedule_divergence(self) -> str | None:
         """How a replay (``replay=``) first differed from its recording, or None."""
@@ -800,8 +785,8 @@ class Loop(
 
     def _callbacks_before_due_timers(self) -> int:
         """timer_delay: how many callbacks are ready, if a timer is due now; else 0."""
-        scheduled = self._scheduled
-        if not scheduled or scheduled[0] >= self._now() + self._clock_resolution:
+        when = self._next_timer_when()
+        if when is None or when >= self._now() + self._clock_resolution:
             return 0
         return len(self._ready)
 
@@ -915,29 +900,6 @@ class Loop(
             except TypeError:
                 pass  # a factory's task that takes no weak reference: no site
         return task
-
-    def _rebase_timers(self, delta: float) -> None:
-        if not delta or not self._scheduled:
-            return
-        timers: dict[float, Any] = {}
-        for when, entry in self._timers.items():
-            handles = entry if entry.__class__ is list else (entry,)
-            for handle in handles:
-                handle._when = when + delta
-            timers[when + delta] = entry
-        self._timers = timers
-        self._scheduled = [when + delta for when in self._scheduled]  # still a heap
-
-    def _timer_count(self) -> int:
-        count = 0
-        for entry in list(self._timers.values()):
-            for handle in entry if entry.__class__ is list else (entry,):
-                count += not handle._cancelled
-        return count
-
-    def _next_timer_when(self) -> float | None:
-        scheduled = self._scheduled
-        return scheduled[0] if scheduled else None
 
     def _use_idle_driver(self) -> VirtualTime:
         driver = self._virtual_time
@@ -1345,6 +1307,4 @@ class Loop(
 
 # Debug mode's record of where a task or timer was made starts at the caller
 # of these, as it starts at the caller of asyncio's create_task and call_at.
-skip_when_recording(
-    Loop._create_task_slow, Loop._create_task_recording_site, Loop._push_timer_in_a_tie
-)
+skip_when_recording(Loop._create_task_slow, Loop._create_task_recording_site)

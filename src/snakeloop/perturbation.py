@@ -25,8 +25,9 @@ What asyncio leaves open, and so may be chosen by the seed:
 
 - ``timer_ties``: the order of timers set for one deadline ("undefined
   which will be called first"): each new timer of a tie takes a drawn place
-  among the others (``Loop._push_timer_in_a_tie``), which makes every
-  order of the tie equally likely.  Timers of different deadlines keep
+  among the others that can still run (``Loop._choose_tie_place``, which
+  the core asks through ``_timer_ties``), which makes every order of the
+  tie equally likely.  Timers of different deadlines keep
   their order, and none fires before its deadline.
 
 - ``timer_delay`` (opt-in): how late a due timer runs (asyncio only

@@ -2,9 +2,11 @@
 
 They read the core's own tables, so they run on snakeloop only:
 
-- ``_scheduled``: a min-heap of deadlines;
-- ``_timers``: deadline -> TimerHandle, or a list of them in the order they
-  were set when several share the deadline;
+- ``_scheduled``: the timer heap: interpreted, a min-heap of deadlines
+  beside ``_timers`` (deadline -> TimerHandle, or a list of them in firing
+  order); compiled, a min-heap of the TimerHandles themselves.  Both are
+  read through ``_pending_timers()``, which lists each deadline's timers in
+  the order they will fire;
 - ``_timer_cancelled_count``: how many cancelled handles those entries still
   hold, which decides when the heap is rebuilt and whether an iteration looks
   for cancelled timers at all;
@@ -30,26 +32,33 @@ from snakeloop._core.runloop import plain_queue
 
 
 def cancelled_entries(loop) -> int:
-    """How many cancelled handles the timer table still holds."""
+    """How many cancelled handles the timer heap still holds."""
     count = 0
-    for entry in loop._timers.values():
-        for handle in entry if isinstance(entry, list) else (entry,):
-            count += handle.cancelled()
+    for _, timers in loop._pending_timers():
+        count += sum(timer.cancelled() for timer in timers)
     return count
 
 
 def assert_timer_tables_consistent(loop) -> None:
     """The heap, the deadline table and the counter agree with each other."""
     scheduled = loop._scheduled
-    assert sorted(scheduled) == sorted(loop._timers)
-    assert len(set(scheduled)) == len(scheduled)
-    for i in range(1, len(scheduled)):
-        assert scheduled[(i - 1) // 2] <= scheduled[i], "heap order broken"
-    for when, entry in loop._timers.items():
-        handles = entry if isinstance(entry, list) else [entry]
-        if isinstance(entry, list):
-            assert len(entry) >= 2, "a list entry holds two or more handles"
-        for handle in handles:
+    pending = loop._pending_timers()
+    deadlines = [when for when, _ in pending]
+    assert deadlines == sorted(set(deadlines)), "one entry per deadline, in order"
+    if snakeloop.COMPILED:
+        key = [(timer._deadline, timer._seq) for timer in scheduled]
+        assert len(set(key)) == len(key)
+        assert sum(len(timers) for _, timers in pending) == len(scheduled)
+    else:
+        key = scheduled
+        assert sorted(scheduled) == sorted(loop._timers) == deadlines
+        for entry in loop._timers.values():
+            if isinstance(entry, list):
+                assert len(entry) >= 2, "a list entry holds two or more handles"
+    for i in range(1, len(key)):
+        assert key[(i - 1) // 2] <= key[i], "heap order broken"
+    for when, timers in pending:
+        for handle in timers:
             assert handle.when() == when
             assert handle._scheduled
     assert loop._timer_cancelled_count == cancelled_entries(loop)
@@ -84,7 +93,7 @@ def test_cancelled_timer_fired_with_a_live_one_is_uncounted(fake_snakeloop, fake
     run_once(loop)
     assert seen == ["live"]
     assert loop._scheduled == []
-    assert loop._timers == {}
+    assert loop._pending_timers() == []
     assert loop._timer_cancelled_count == 0
 
 
@@ -151,15 +160,16 @@ def test_cancel_is_counted_once_and_only_while_in_the_heap(fake_snakeloop, fake_
 # ------------------------------------------------------------ the timer heap
 
 
-def test_heap_holds_one_deadline_per_distinct_time(fake_snakeloop):
+def test_timers_of_one_deadline_are_kept_in_the_order_they_were_set(fake_snakeloop):
     loop = fake_snakeloop
     now = loop.time()
     handles = [loop.call_at(now + when, lambda: None) for when in (5, 1, 3, 1, 5, 5, 2)]
-    assert sorted(loop._scheduled) == [now + 1, now + 2, now + 3, now + 5]
-    assert loop._timers[now + 1] == [handles[1], handles[3]]
-    assert loop._timers[now + 5] == [handles[0], handles[4], handles[5]]
-    assert loop._timers[now + 2] is handles[6]
-    assert loop._timers[now + 3] is handles[2]
+    assert loop._pending_timers() == [
+        (now + 1, [handles[1], handles[3]]),
+        (now + 2, [handles[6]]),
+        (now + 3, [handles[2]]),
+        (now + 5, [handles[0], handles[4], handles[5]]),
+    ]
     assert_timer_tables_consistent(loop)
 
 
@@ -172,8 +182,7 @@ def test_fired_timers_leave_both_tables(fake_snakeloop, fake_clock):
     run_once(loop)
     assert seen == [0, 1, 2]
     assert [h._scheduled for h in early] == [False] * 3
-    assert loop._scheduled == [late.when()]
-    assert loop._timers == {late.when(): late}
+    assert loop._pending_timers() == [(late.when(), [late])]
     assert_timer_tables_consistent(loop)
 
 
@@ -187,7 +196,7 @@ def test_a_cancelled_timer_on_top_is_dropped_before_the_poll(fake_snakeloop):
     run_once(loop)  # nothing is due: step 1 alone changes the tables
     assert not first._scheduled
     assert third._scheduled, "only the earliest timers are dropped"
-    assert sorted(loop._scheduled) == [second.when(), third.when()]
+    assert [when for when, _ in loop._pending_timers()] == [second.when(), third.when()]
     assert loop._timer_cancelled_count == 1
     assert_timer_tables_consistent(loop)
 
@@ -197,22 +206,25 @@ def test_a_cancelled_timer_on_top_is_dropped_before_the_poll(fake_snakeloop):
     [((1,), [0, 2]), ((0, 2), [1]), ((0, 1, 2), [])],
     ids=["middle", "all-but-one", "all"],
 )
-def test_cancelled_timers_sharing_the_top_deadline(fake_snakeloop, cancel, left):
+def test_cancelled_timers_sharing_the_top_deadline(fake_snakeloop, fake_clock, cancel, left):
     loop = fake_snakeloop
     when = loop.time() + 1
-    handles = [loop.call_at(when, lambda: None) for _ in range(3)]
+    seen = []
+    handles = [loop.call_at(when, seen.append, i) for i in range(3)]
     later = loop.call_at(when + 1, lambda: None)
     for i in cancel:
         handles[i].cancel()
     run_once(loop)
+    pending = dict(loop._pending_timers())
     kept = [handles[i] for i in left]
-    if not kept:
-        assert when not in loop._timers
-        assert loop._scheduled == [later.when()]
-    else:
-        # A list that drops to one handle becomes that handle.
-        assert loop._timers[when] == (kept if len(kept) > 1 else kept[0])
-    assert [h._scheduled for h in handles] == [i in left for i in range(3)]
+    assert [timer for timer in pending.get(when, []) if not timer.cancelled()] == kept
+    assert pending[later.when()] == [later]
+    assert all(handles[i]._scheduled for i in left)
+    assert_timer_tables_consistent(loop)
+    fake_clock.advance(1)
+    run_once(loop)
+    assert seen == left
+    assert loop._pending_timers() == [(later.when(), [later])]
     assert_timer_tables_consistent(loop)
 
 
@@ -264,7 +276,7 @@ def test_one_iteration_runs_ready_callbacks_then_due_timers_by_deadline_then_fif
     fake_clock.advance(2.5)
     run_once(loop)
     assert seen == ["soon1", "soon2", "t1a", "t1b", "t2"]
-    assert loop._scheduled == [now + 3]
+    assert [when for when, _ in loop._pending_timers()] == [now + 3]
 
 
 def test_timers_due_within_one_resolution_fire_and_not_at_it():
@@ -276,7 +288,7 @@ def test_timers_due_within_one_resolution_fire_and_not_at_it():
         loop.call_at(now + 0.5, seen.append, "at")
         run_once(loop)
         assert seen == ["within"]
-        assert loop._scheduled == [now + 0.5]
+        assert [when for when, _ in loop._pending_timers()] == [now + 0.5]
 
 
 def test_what_a_batch_queues_waits_for_the_next_iteration(fake_snakeloop, fake_clock):

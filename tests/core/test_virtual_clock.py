@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import time
 
 import pytest
@@ -124,6 +125,29 @@ def test_set_clock_keeps_each_timers_remaining_delay():
         assert fired[1] == pytest.approx(left_later, abs=1e-3)
         assert fired[2] == "same deadline, second"
         assert loop.time() == 6.0
+    finally:
+        loop.close()
+
+
+def test_set_clock_keeps_timers_whose_deadlines_the_move_makes_equal():
+    """Deadlines one double apart can round to one deadline after the move: both
+    timers stay, and fire in their old order (once, the later was lost)."""
+    first = VirtualClock(start=1.0)
+    loop = snakeloop.new_event_loop(clock=first)
+    try:
+        fired = []
+        near = 2.0
+        nearer_after = math.nextafter(near, 3.0)
+        loop.call_at(nearer_after, fired.append, "second")
+        loop.call_at(near, fired.append, "first")
+        loop.call_at(near, fired.append, "first, tied")
+        loop.set_clock(VirtualClock(start=2.0**20))
+        pending = loop._pending_timers()
+        assert len(pending) == 1, pending  # one deadline now
+        assert pending[0][0] == near + (2.0**20 - 1.0)
+        loop.call_at(pending[0][0] + 1, loop.stop)
+        loop.run_forever()
+        assert fired == ["first", "first, tied", "second"]
     finally:
         loop.close()
 

@@ -300,12 +300,31 @@ class LoopContract(Protocol):
         and test-mode loops keep it), then the rest; for shutdowns a replay repeats."""
         ...
 
+    _timer_ties: Any
+    """None, or ``count -> place``: where a new timer goes among the ``count`` timers of
+    its deadline that can still run (a seeded loop's ``timer_ties``); the core asks it
+    only when a deadline is shared."""
+
     def _timer_count(self) -> int:
         """How many timers are pending and not cancelled (for reports)."""
         ...
 
     def _next_timer_when(self) -> float | None:
-        """The deadline of the earliest pending timer, or None."""
+        """The deadline of the earliest timer in the heap (perhaps cancelled), or None."""
+        ...
+
+    def _pending_timers(self) -> list[tuple[Any, list[Any]]]:
+        """``(deadline, timers)`` per deadline in the heap, earliest first, each deadline's
+        timers in firing order.  The heap itself (``_scheduled``) differs between the two
+        builds: this is the way to read it."""
+        ...
+
+    def _rebase_timers(self, delta: float) -> None:
+        """Move every deadline by ``delta`` (``set_clock``), keeping the firing order."""
+        ...
+
+    def _clear_timers(self) -> None:
+        """Forget every timer (``close()``)."""
         ...
 
     def _use_idle_driver(self) -> Any:

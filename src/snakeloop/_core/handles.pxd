@@ -15,3 +15,6 @@ cdef class Handle:
 cdef class TimerHandle(Handle):
     cdef public bint _scheduled
     cdef public object _when
+    # Compiled only: the run loop's heap order (see runloop._earlier).
+    cdef readonly double _deadline
+    cdef readonly long long _seq

@@ -74,6 +74,9 @@ cdef class CoreLoop:
     cdef public object slow_callback_duration
     cdef public object _direct_task_class
     cdef public object _future_class
+    cdef long long _timer_seq
+    cdef public object _timer_ties
+    cdef public dict _tie_index
 
     @cython.locals(
         compiled=cython.bint,
@@ -87,14 +90,21 @@ cdef class CoreLoop:
         slow=double,
         flush_gap=double,
         io_handle=Handle,
+        deadline=double,
     )
     cpdef _run_iterations(self, once)
 
     @cython.locals(handle=Handle)
     cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object popleft) except -1
 
-    @cython.locals(scheduled=list, timers=dict, timer=TimerHandle)
-    cdef _queue_due_timers(self, object when, double end_time)
+    @cython.locals(scheduled=list, timer=TimerHandle)
+    cdef _queue_due_timers(self, double end_time)
+
+    @cython.locals(timer=TimerHandle)
+    cdef TimerHandle _push_timer(self, object when, object callback, object args, object context, int hidden)
+
+    @cython.locals(group=list, member=TimerHandle, other=TimerHandle, index=dict)
+    cdef _order_tie(self, TimerHandle timer)
 
     @cython.locals(timers=dict, kept=list, live=list, timer=TimerHandle)
     cdef list _compact_timers(self)
@@ -107,11 +117,23 @@ cdef Handle _new_handle(object callback, object args, CoreLoop loop, object cont
 cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop loop, object context)
 
 
+@cython.locals(deadline=double)
+cdef double _deadline_of(object when) except? -1.0
+
 @cython.locals(x=double, y=double)
-cdef inline bint _earlier(object a, object b) except -1
+cdef inline bint _earlier(TimerHandle a, TimerHandle b) except -1
 
-@cython.locals(pos=Py_ssize_t, parent_pos=Py_ssize_t)
-cdef _heappush(list heap, object item)
+@cython.locals(timer=TimerHandle)
+cdef inline double _first_deadline(list scheduled) except? -1.0
 
-@cython.locals(n=Py_ssize_t, pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t)
-cdef object _heappop(list heap)
+@cython.locals(pos=Py_ssize_t, parent_pos=Py_ssize_t, parent=TimerHandle)
+cdef _heappush(list heap, TimerHandle item)
+
+@cython.locals(child=Py_ssize_t, right=Py_ssize_t, smaller=TimerHandle, other=TimerHandle)
+cdef _sift_down(list heap, Py_ssize_t pos, Py_ssize_t n, TimerHandle item)
+
+@cython.locals(n=Py_ssize_t, first=TimerHandle, last=TimerHandle)
+cdef TimerHandle _heappop(list heap)
+
+@cython.locals(n=Py_ssize_t, pos=Py_ssize_t)
+cdef _heapify(list heap)

@@ -25,13 +25,18 @@ One iteration (``_run_once``) is:
    When ``_observe`` is set (debug mode, instruments, a metrics timing
    window), it runs this step instead, one watched callback at a time.
 
-The heap holds deadlines only (floats: compared in C, and invisible to the
-garbage collector); ``_timers`` maps each deadline to its handle, or to a
-list of handles in the order they were set when several share it, so equal
-deadlines fire first-in, first-out.  Heap entries that referenced handles
-(asyncio's TimerHandles with a Python ``__lt__``, or ``(when, seq, handle)``
-tuples) cost either a Python call per comparison or one more object per
-timer for the collector to track.
+Interpreted, the heap holds deadlines only (floats: compared in C by heapq,
+and invisible to the garbage collector); ``_timers`` maps each deadline to
+its handle, or to a list of handles in the order they were set when several
+share it, so equal deadlines fire first-in, first-out.  Heap entries that
+referenced handles (asyncio's TimerHandles with a Python ``__lt__``, or
+``(when, seq, handle)`` tuples) would cost either a Python call per
+comparison or one more object per timer for the collector to track.
+Compiled, a comparison of two handles costs two C loads, so the heap holds
+the TimerHandles themselves, ordered by ``_deadline`` and then ``_seq`` (see
+``_earlier``), and ``_timers`` stays empty: hashing a float deadline for the
+table cost more than the heap.  Outside this module, the heap is read
+through ``_pending_timers()`` and the methods beside it.
 
 Queueing a plain callback
 -------------------------
@@ -128,6 +133,8 @@ MAXIMUM_POLL_TIMEOUT = 24 * 3600
 # Rebuild the timer heap when it holds more than this many entries and more
 # than half of them are cancelled.
 _MIN_TIMERS_TO_COMPACT = 100
+_INF = float("inf")
+_NAN = float("nan")
 _MAX_CANCELLED_FRACTION = 0.5
 
 # The backends' readiness bits (snakeloop._io._events; the core does not
@@ -140,24 +147,56 @@ _NOT_READABLE = ~_READABLE
 _get_ident = threading.get_ident
 
 
-# The timer heap's push and pop.  Interpreted, heapq's own (C).  Compiled,
-# these, typed: heapq compares deadlines through rich comparison, a call per
-# step of a sift, and is itself called through Python; here two float
-# deadlines are compared as C doubles.  Deadlines in the heap are unique
-# (equal ones share a _timers entry), so the order in which they leave it is
-# the deadlines' order whatever the sift's path; only the list's layout may
-# differ from heapq's, and nothing reads that.
+# The timer heap.  Interpreted, it holds deadlines (see the module docstring)
+# and heapq's own push and pop (C) keep it.  Compiled, it holds the
+# TimerHandles themselves, ordered by two C fields that _push_timer sets:
+# ``_deadline``, the deadline as a double, then ``_seq``, the order in which
+# timers of one deadline fire.  A comparison is then two loads, with no
+# float object to hash and no table beside the heap.
+def _deadline_of(when):
+    """``when`` as a double that orders as ``when`` does (compiled only).
+
+    Rounding to the nearest double never inverts two numbers, so deadlines
+    whose doubles differ are ordered by them; those whose doubles are equal
+    are ordered by ``_earlier``.  An int beyond the doubles' range is an
+    infinity of its sign; what is not a number is NaN, which no deadline is
+    before or after, so ``_earlier`` compares the objects themselves and
+    raises asyncio's TypeError.
+    """
+    try:
+        deadline = when
+    except OverflowError:
+        deadline = _INF if when > 0 else -_INF
+    except TypeError:
+        deadline = _NAN
+    return deadline
+
+
 def _earlier(a, b):
-    """``a < b``, as C doubles when both are floats (any deadline type works)."""
-    if type(a) is float and type(b) is float:
-        x = a
-        y = b
-        return x < y
-    return a < b
+    """Whether timer ``a`` fires before timer ``b`` (compiled only)."""
+    x = a._deadline
+    y = b._deadline
+    if x < y:
+        return True
+    if y < x:
+        return False
+    if type(a._when) is not float or type(b._when) is not float:
+        # Equal doubles, or NaN: ints or Fractions may still differ.
+        if a._when < b._when:
+            return True
+        if b._when < a._when:
+            return False
+    return a._seq < b._seq
+
+
+def _first_deadline(scheduled):
+    """The earliest timer's deadline, as a double (compiled only)."""
+    timer = scheduled[0]
+    return timer._deadline
 
 
 def _heappush(heap, item):
-    """``heapq.heappush``: ``item`` goes up from the end to its place."""
+    """``heapq.heappush``, for timers: ``item`` goes up from the end to its place."""
     heap.append(item)
     pos = len(heap) - 1
     while pos > 0:
@@ -170,15 +209,9 @@ def _heappush(heap, item):
     heap[pos] = item
 
 
-def _heappop(heap):
-    """``heapq.heappop``: the last item goes down from the top to its place."""
-    last = heap.pop()
-    n = len(heap)
-    if not n:
-        return last
-    first = heap[0]
-    pos = 0
-    child = 1
+def _sift_down(heap, pos, n, item):
+    """Put ``item`` at ``pos`` or below it, among the first ``n`` entries."""
+    child = 2 * pos + 1
     while child < n:
         right = child + 1
         smaller = heap[child]
@@ -187,18 +220,38 @@ def _heappop(heap):
             if _earlier(other, smaller):
                 child = right
                 smaller = other
-        if not _earlier(smaller, last):
+        if not _earlier(smaller, item):
             break
         heap[pos] = smaller
         pos = child
         child = 2 * pos + 1
-    heap[pos] = last
+    heap[pos] = item
+
+
+def _heappop(heap):
+    """``heapq.heappop``, for timers: the last item goes down from the top to its place."""
+    last = heap.pop()
+    n = len(heap)
+    if not n:
+        return last
+    first = heap[0]
+    _sift_down(heap, 0, n, last)
     return first
+
+
+def _heapify(heap):
+    """``heapq.heapify``, for timers."""
+    n = len(heap)
+    pos = n // 2 - 1
+    while pos >= 0:
+        _sift_down(heap, pos, n, heap[pos])
+        pos -= 1
 
 
 if not cython.compiled:
     _heappush = heapq.heappush  # noqa: F811
     _heappop = heapq.heappop  # noqa: F811
+    _heapify = heapq.heapify  # noqa: F811
 
 
 def plain_queue(loop: Any) -> collections.deque[Any] | None:
@@ -314,6 +367,9 @@ class CoreLoop:
         "slow_callback_duration",
         "_direct_task_class",
         "_future_class",
+        "_timer_seq",
+        "_timer_ties",
+        "_tie_index",
     )
 
     def __init__(self, clock, io_backend, waker):
@@ -321,6 +377,14 @@ class CoreLoop:
         self._scheduled = []
         self._timers = {}
         self._timer_cancelled_count = 0
+        # Compiled: the next timer's ``_seq`` (see _earlier).
+        self._timer_seq = 0
+        # None, or the seeded loop's choice of a new timer's place among the
+        # others of its deadline (``count -> place``; see _place_tied_timer).
+        self._timer_ties = None
+        # Compiled, while _timer_ties is set: deadline -> its timers in
+        # firing order (see _order_tie).
+        self._tie_index = None
         self._stopping = False
         self._closed = False
         self._debug = False
@@ -541,6 +605,17 @@ class CoreLoop:
         timer = _new_timer(when, callback, args, self, context)
         if timer._source_traceback:
             shorten_source_traceback(timer._source_traceback, hidden)
+        if cython.compiled:
+            # C fields of the compiled TimerHandle only.
+            timer._deadline = _deadline_of(when)  # type: ignore[attr-defined]
+            if self._timer_ties is None:
+                timer._seq = self._timer_seq  # type: ignore[attr-defined]
+                self._timer_seq += 1
+            else:
+                self._order_tie(timer)
+            _heappush(self._scheduled, timer)
+            timer._scheduled = True
+            return timer
         timers = self._timers
         entry = timers.get(when)
         if entry is None:
@@ -548,9 +623,13 @@ class CoreLoop:
             _heappush(self._scheduled, when)
         elif type(entry) is list:
             entry.append(timer)
+            if self._timer_ties is not None:
+                self._place_tied_timer(entry)
         else:
             # A second timer for the same deadline: it fires after the first.
-            timers[when] = [entry, timer]
+            timers[when] = entry = [entry, timer]
+            if self._timer_ties is not None:
+                self._place_tied_timer(entry)
         timer._scheduled = True
         return timer
 
@@ -760,7 +839,7 @@ class CoreLoop:
                         slow = self.slow_callback_duration
                         flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
                     if scheduled:
-                        timeout = scheduled[0] - t
+                        timeout = (_first_deadline(scheduled) if compiled else scheduled[0]) - t
                         if timeout > 0:
                             counters.wait_started = t
                             if timeout > MAXIMUM_POLL_TIMEOUT:
@@ -792,7 +871,7 @@ class CoreLoop:
                         and not self._observe
                         and (
                             not scheduled
-                            or scheduled[0]
+                            or (_first_deadline(scheduled) if compiled else scheduled[0])
                             >= (monotonic_seconds() if c_clock else now()) + self._clock_resolution
                         )
                     ):
@@ -911,17 +990,20 @@ class CoreLoop:
                     last_read = t
                     # Read each time: timer_delay's seam changes it while the loop runs.
                     end_time = t + self._clock_resolution
-                    when = scheduled[0]
-                    if when < end_time:
-                        # How late the iteration's earliest due timer runs.
-                        lags.append(t - when)
-                        timers = self._timers
-                        fired -= len(ready)
-                        if compiled:
-                            # The same loop, with the timers typed (its class tests
-                            # would read a compiled handle's __class__ view).
-                            self._queue_due_timers(when, end_time)
-                        else:
+                    if compiled:
+                        deadline = _first_deadline(scheduled)
+                        if deadline < end_time:
+                            # How late the iteration's earliest due timer runs.
+                            lags.append(t - deadline)
+                            fired -= len(ready)
+                            self._queue_due_timers(end_time)
+                            fired += len(ready)
+                    else:
+                        when = scheduled[0]
+                        if when < end_time:
+                            lags.append(t - when)
+                            timers = self._timers
+                            fired -= len(ready)
                             while True:
                                 _heappop(scheduled)
                                 entry = timers.pop(when)
@@ -947,10 +1029,11 @@ class CoreLoop:
                                 when = scheduled[0]
                                 if when >= end_time:
                                     break
-                        fired += len(ready)
-                        # Like ``handle`` at the end of the iteration: a traceback can
-                        # keep this frame after the return, with the last timer fired.
-                        entry = None
+                            fired += len(ready)
+                            # Like ``handle`` at the end of the iteration: a traceback
+                            # can keep this frame after the return, with the last
+                            # timer fired.
+                            entry = None
 
                 # 5. Run what was ready when this step began.  A countdown, not
                 # range(): most iterations run one or two callbacks, and building
@@ -1093,37 +1176,24 @@ class CoreLoop:
                 _as_handle(self, entry)._report(exc)
         return 0
 
-    def _queue_due_timers(self, when, end_time):
-        """Step 4's loop, compiled: queue the timers due before ``end_time``.
+    def _queue_due_timers(self, end_time):
+        """Step 4, compiled: queue the timers due before ``end_time``.
 
-        ``when`` is the earliest deadline, known to be due.  As in the
-        interpreted loop, a cancelled timer that comes due leaves the
-        cancelled count instead.
+        The earliest is known to be due.  As in the interpreted loop, a
+        cancelled timer that comes due leaves the cancelled count instead.
         """
         scheduled = self._scheduled
-        timers = self._timers
         append = self._ready.append
         while True:
-            _heappop(scheduled)
-            entry = timers.pop(when)
-            if type(entry) is list:
-                for timer in entry:
-                    timer._scheduled = False
-                    if timer._cancelled:
-                        self._timer_cancelled_count -= 1
-                    else:
-                        append(timer)
+            timer = _heappop(scheduled)
+            timer._scheduled = False
+            if timer._cancelled:
+                self._timer_cancelled_count -= 1
             else:
-                timer = entry
-                timer._scheduled = False
-                if timer._cancelled:
-                    self._timer_cancelled_count -= 1
-                else:
-                    append(timer)
+                append(timer)
             if not scheduled:
                 return
-            when = scheduled[0]
-            if when >= end_time:
+            if _first_deadline(scheduled) >= end_time:
                 return
 
     def _slow_stretch(self, duration):
@@ -1133,9 +1203,19 @@ class CoreLoop:
         if on_slow is not None:
             on_slow(duration)
 
+    @cython.locals(timer=TimerHandle)
     def _drop_cancelled_timers_at_top(self):
         """Pop cancelled timers while they are the earliest ones."""
         scheduled = self._scheduled
+        if cython.compiled:
+            while scheduled:
+                timer = scheduled[0]
+                if not timer._cancelled:
+                    return
+                _heappop(scheduled)
+                timer._scheduled = False
+                self._timer_cancelled_count -= 1
+            return
         timers = self._timers
         while scheduled:
             when = scheduled[0]
@@ -1165,8 +1245,17 @@ class CoreLoop:
         timer's ``__class__`` is a property (its asyncio view), which cost
         the timer-churn row 6% of its instructions here.
         """
-        timers = self._timers
         kept = []
+        if cython.compiled:
+            for timer in self._scheduled:
+                if timer._cancelled:
+                    timer._scheduled = False
+                else:
+                    kept.append(timer)
+            _heapify(kept)
+            self._timer_cancelled_count = 0
+            return kept
+        timers = self._timers
         for when in self._scheduled:
             entry = timers[when]
             if type(entry) is list:
@@ -1191,6 +1280,156 @@ class CoreLoop:
         heapq.heapify(kept)
         self._timer_cancelled_count = 0
         return kept
+
+    # -- the timer table, for the rest of the loop -------------------------------
+    # The two builds keep timers differently (see _earlier); these are the
+    # only ways in for code outside the run loop.
+
+    @cython.locals(timer=TimerHandle)
+    def _pending_timers(self) -> list[tuple[Any, list[Any]]]:
+        """``(deadline, timers)`` for each deadline in the heap, earliest first.
+
+        A deadline's timers (cancelled ones too, until they leave the heap)
+        are listed in the order they will fire.
+        """
+        if cython.compiled:
+            ordered = sorted(self._scheduled, key=_firing_order)
+            groups: list[tuple[Any, list[Any]]] = []
+            for timer in ordered:
+                if groups and groups[-1][1][0]._deadline == timer._deadline:
+                    groups[-1][1].append(timer)
+                else:
+                    groups.append((timer._when, [timer]))
+            return groups
+        timers = self._timers
+        return [
+            (when, list(entry) if type(entry) is list else [entry])
+            for when in sorted(self._scheduled)
+            for entry in (timers[when],)
+        ]
+
+    def _timer_count(self) -> int:
+        """How many timers are pending and not cancelled."""
+        if cython.compiled:
+            return len(self._scheduled) - self._timer_cancelled_count
+        count = 0
+        for entry in list(self._timers.values()):
+            for handle in entry if type(entry) is list else (entry,):
+                count += not handle._cancelled
+        return count
+
+    def _next_timer_when(self) -> Any:
+        """The deadline of the earliest timer in the heap (perhaps cancelled), or None."""
+        scheduled = self._scheduled
+        if not scheduled:
+            return None
+        if cython.compiled:
+            timer = scheduled[0]
+            return timer._when
+        return scheduled[0]
+
+    def _clear_timers(self) -> None:
+        """Forget every timer (``close()``)."""
+        self._scheduled.clear()
+        self._timers.clear()
+        if self._tie_index is not None:
+            self._tie_index.clear()
+
+    @cython.locals(timer=TimerHandle)
+    def _rebase_timers(self, delta: float) -> None:
+        """Move every deadline by ``delta`` (``set_clock``), keeping the firing order.
+
+        Deadlines that the sum makes equal merge, earlier one first.
+        """
+        if not delta or not self._scheduled:
+            return
+        if cython.compiled:
+            ordered = sorted(self._scheduled, key=_firing_order)
+            for timer in ordered:
+                timer._when = timer._when + delta
+                timer._deadline = _deadline_of(timer._when)
+                timer._seq = self._timer_seq
+                self._timer_seq += 1
+            # Still sorted, so still a heap.
+            self._scheduled = ordered
+            if self._tie_index is not None:
+                self._tie_index = {}
+                for _, group in self._pending_timers():
+                    self._tie_index[group[0]._deadline] = group
+            return
+        timers: dict[Any, Any] = {}
+        for when in sorted(self._scheduled):
+            entry = self._timers[when]
+            handles = entry if type(entry) is list else [entry]
+            for handle in handles:
+                handle._when = when + delta
+            merged = timers.get(when + delta)
+            if merged is None:
+                timers[when + delta] = entry
+            else:
+                previous = merged if type(merged) is list else [merged]
+                timers[when + delta] = previous + handles
+        self._timers = timers
+        self._scheduled = sorted(timers)
+
+    # -- timer_ties: a seeded loop's order of timers of one deadline ---------------
+
+    def _place_tied_timer(self, tied: list[Any]) -> None:
+        """Move the last of ``tied`` (one deadline's timers) to the place ``_timer_ties`` chooses.
+
+        The choice is among the timers that can still run: ``count`` is
+        how many of them there are with the new one, and the place is the
+        new one's rank among them.
+        """
+        new = tied.pop()
+        live = [i for i, timer in enumerate(tied) if not timer._cancelled]
+        count = len(live) + 1
+        if count > 1:
+            place = self._timer_ties(count)
+            if place < len(live):
+                tied.insert(live[place], new)
+                return
+        tied.append(new)
+
+    def _order_tie(self, timer: Any) -> None:
+        """Compiled: set ``timer._seq`` so it fires where ``_timer_ties`` places it.
+
+        ``_tie_index`` keeps each deadline's timers in firing order (those
+        still in the heap; the others are dropped as they are met).  The
+        whole group is numbered again in its new order: renumbering timers
+        of one deadline in the order they already had leaves the heap a heap.
+        """
+        index = self._tie_index
+        if index is None:
+            index = self._tie_index = {}
+        deadline = timer._deadline
+        group = index.get(deadline)
+        if group is not None:
+            group = [other for other in group if other._scheduled]
+        if group:
+            group.append(timer)
+            self._place_tied_timer(group)
+        else:
+            group = [timer]
+        for member in group:
+            member._seq = self._timer_seq
+            self._timer_seq += 1
+        index[deadline] = group
+        if len(index) > 2 * len(self._scheduled) + 64:
+            self._tie_index = {key: tied for key, tied in index.items() if _any_scheduled(tied)}
+
+
+def _any_scheduled(timers: list[Any]) -> bool:
+    """Whether one of ``timers`` is still in the heap (a loop: no generator compiled)."""
+    for timer in timers:  # noqa: SIM110
+        if timer._scheduled:
+            return True
+    return False
+
+
+def _firing_order(timer: Any) -> Any:
+    """A sort key of compiled timers: the heap's order (see _earlier)."""
+    return (timer._deadline, timer._when, timer._seq)
 
 
 if not cython.compiled:
