@@ -37,7 +37,8 @@ def loop_attributes_used(tree: ast.AST) -> set[str]:
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr", "setattr")
+            # _plain_ready_attr is getattr, read in C when compiled.
+            and node.func.id in ("getattr", "hasattr", "setattr", "_plain_ready_attr")
             and node.args
             and loop_expression(node.args[0])
         ):

@@ -1,3 +1,4 @@
+cimport cython
 # The compiled Future and Task (see futures.py): their fields, by asyncio's
 # names.  __dict__ takes attributes that user code sets, as asyncio's C
 # Future allows, and __weakref__ lets asyncio keep its tasks in a WeakSet.
@@ -21,6 +22,11 @@ cdef class Future:
 
 
 from snakeloop._core.emptydict cimport drop_empty_dict
+from snakeloop._core.runloop cimport CoreLoop
+
+
+@cython.locals(core=CoreLoop)
+cdef inline object _plain_ready_attr(object loop, object name, object default)
 
 
 # The compiled Task._step sends into a native coroutine with PyIter_Send

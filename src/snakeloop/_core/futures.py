@@ -51,7 +51,7 @@ else:
     from . import cythonshim as cython
 from .classviews import isinstance_view
 from .handles import skip_when_recording, source_traceback
-from .runloop import plain_queue
+from .runloop import CoreLoop, plain_queue
 
 if not cython.compiled:
     # The C functions futures.pxd declares, for the compiled paths only.
@@ -71,6 +71,25 @@ else:
 _T = TypeVar("_T")
 
 __all__ = ["Future", "Task", "_set_result_unless_cancelled"]
+
+
+def _plain_ready_attr(loop: Any, name: str, default: None) -> Any:
+    """``getattr(loop, "_plain_ready", None)``; compiled, a C read on snakeloop's loops.
+
+    Interpreted, the name is ``getattr`` itself (below), so the written-out
+    reads of ``plain_queue(loop)`` cost no more than before.  Compiled, a
+    generic lookup of the slot cost about 220 instructions per read, several
+    per task step, where this costs a type test and a load.
+    """
+    if isinstance(loop, CoreLoop):
+        core = loop
+        return core._plain_ready
+    return getattr(loop, "_plain_ready", default)
+
+
+if not cython.compiled:
+    _plain_ready_attr = getattr  # type: ignore[assignment]  # noqa: F811
+
 
 _PENDING = "PENDING"
 _CANCELLED = "CANCELLED"
@@ -203,7 +222,7 @@ class Future(_TypingOnlyGeneric[_T]):
         # A loop that takes plain entries now is not in debug mode (see
         # Task._setup): futures are made on every stream read, and
         # get_debug() is a Python call.
-        if getattr(loop, "_plain_ready", None) is None and loop.get_debug():  # type: ignore[union-attr]
+        if _plain_ready_attr(loop, "_plain_ready", None) is None and loop.get_debug():  # type: ignore[union-attr]
             self._source_traceback = source_traceback(0)
         else:
             self._source_traceback = None
@@ -421,7 +440,7 @@ class Future(_TypingOnlyGeneric[_T]):
             # One waiter (a task) on a snakeloop loop: _schedule_callbacks
             # with plain_queue(loop), written out.  The two calls cost a
             # streams echo (a future per read) 4% more instructions.
-            ready = getattr(self._loop, "_plain_ready", None)
+            ready = _plain_ready_attr(self._loop, "_plain_ready", None)
             if ready is not None:
                 self._callback0 = None
                 ready.append((callback0, self, self._context0))
@@ -529,7 +548,7 @@ class Task(Future[_T]):
         # plain_queue(loop), written out: the call cost the spawn row 2% more
         # instructions.  Not None also means "not in debug mode", which
         # spares a get_debug() call.
-        ready = getattr(loop, "_plain_ready", None)
+        ready = _plain_ready_attr(loop, "_plain_ready", None)
         # All attributes in one order (see Future.__init__).
         self._loop = loop
         self._callback0 = None  # the first done callback, kept inline
@@ -734,7 +753,7 @@ class Task(Future[_T]):
                         callback0 = self._callback0
                         ready = None
                         if callback0 is not None and self._more_callbacks is None:
-                            ready = getattr(loop, "_plain_ready", None)
+                            ready = _plain_ready_attr(loop, "_plain_ready", None)
                         if ready is not None:
                             self._callback0 = None
                             ready.append((callback0, self, self._context0))
@@ -742,7 +761,7 @@ class Task(Future[_T]):
                         elif callback0 is not None or self._more_callbacks:
                             self._schedule_callbacks()
                 elif result is None:
-                    ready = getattr(loop, "_plain_ready", None)
+                    ready = _plain_ready_attr(loop, "_plain_ready", None)
                     if ready is not None:
                         ready.append((self._step, None, self._context))
                     else:
@@ -813,7 +832,7 @@ class Task(Future[_T]):
                     callback0 = self._callback0
                     ready = None
                     if callback0 is not None and self._more_callbacks is None:
-                        ready = getattr(loop, "_plain_ready", None)
+                        ready = _plain_ready_attr(loop, "_plain_ready", None)
                     if ready is not None:
                         # The common case of _schedule_callbacks (one waiter, on
                         # a snakeloop loop) with plain_queue(loop), written out:
@@ -838,7 +857,7 @@ class Task(Future[_T]):
                     # plain_queue(loop), written out: the call cost the sleep0
                     # row 5% more instructions.  Like the one above, it is
                     # checked only where it is needed, not on every step.
-                    ready = getattr(loop, "_plain_ready", None)
+                    ready = _plain_ready_attr(loop, "_plain_ready", None)
                     if ready is not None:
                         ready.append((self._step, None, self._context))
                     else:
