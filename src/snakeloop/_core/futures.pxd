@@ -57,6 +57,9 @@ cdef class Task(Future):
     cdef public object _coro
     cdef public object _context
 
+    @cython.locals(fut=Future, returned=bint)
+    cdef _step_now(self, object exc)
+
 
 # Module constants the hot methods read, as C globals: looked up by name, each
 # read cost a dict lookup (about 200 instructions on 3.13), and a task switch
