@@ -295,6 +295,45 @@ def _run_blocking(stdlib_futures, metrics=True):
         loop.close()
 
 
+def _spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_long_batch_of_quick_callbacks_is_a_slow_stretch_only_interpreted():
+    """2,000 callbacks of 0.5 ms each, queued at once: one batch of 1 s.
+
+    Interpreted, the loop reads its clock once per iteration, so the batch is
+    one stretch of 1 s, longer than slow_callback_duration.  Compiled, it reads
+    the C clock after every 64 callbacks: no stretch is longer than 32 ms, and
+    nothing is slow.  A callback that does hold the loop is slow in both, and
+    counted once (the poll that ended its stretch without waiting once left
+    it to step 4 to count again).
+    """
+    loop = snakeloop.new_event_loop()
+    try:
+        loop.slow_callback_duration = 0.5
+        for _ in range(2000):
+            loop.call_soon(_spin, 0.0005)
+        # Stopped from a timer due after the batch: the next iteration's clock
+        # read ends the batch's last stretch (a loop stopped within the batch
+        # reads none).
+        loop.call_later(0.01, loop.stop)
+        loop.run_forever()
+        quick = loop.metrics().slow_iterations
+        for _ in range(100):
+            loop.call_soon(_spin, 0.0005)
+        loop.call_soon(_spin, 0.6)
+        loop.call_later(0.01, loop.stop)
+        loop.run_forever()
+        held = loop.metrics().slow_iterations - quick
+    finally:
+        loop.close()
+    assert quick == (0 if snakeloop.COMPILED else 1)
+    assert held == 1
+
+
 @TASK_KINDS
 def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futures, caplog):
     caplog.set_level(logging.WARNING, logger="snakeloop")

@@ -117,6 +117,8 @@ cdef Handle _new_handle(object callback, object args, CoreLoop loop, object cont
 cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop loop, object context)
 
 
+cdef Py_ssize_t _STRETCH_CALLBACKS
+
 @cython.locals(deadline=double)
 cdef double _deadline_of(object when) except? -1.0
 
