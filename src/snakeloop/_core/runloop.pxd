@@ -42,6 +42,7 @@ cdef extern from *:
     const bint C_MONOTONIC "SNAKELOOP_C_MONOTONIC"
     double monotonic_seconds "snakeloop_monotonic_seconds" () nogil
 from snakeloop._core.handles cimport Handle, TimerHandle
+from snakeloop._core.epollwait cimport snakeloop_epoll_events, epoll_wait_list
 
 
 cdef class CoreLoop:
@@ -139,3 +140,8 @@ cdef TimerHandle _heappop(list heap)
 
 @cython.locals(n=Py_ssize_t, pos=Py_ssize_t)
 cdef _heapify(list heap)
+
+
+cdef class EpollWait:
+    cdef int _epfd
+    cdef snakeloop_epoll_events _events

@@ -108,6 +108,7 @@ if not cython.compiled:
         PyContext_CopyCurrent,
         PyContext_Enter,
         PyContext_Exit,
+        epoll_wait_list,
         monotonic_seconds,
     )
 
@@ -118,7 +119,7 @@ if TYPE_CHECKING:
 
     _Ts = TypeVarTuple("_Ts")
 
-__all__ = ["COMPILED", "CoreLoop", "plain_queue"]
+__all__ = ["COMPILED", "CoreLoop", "EpollWait", "plain_queue"]
 
 # True when this module runs compiled.  setup.py compiles the core's modules all
 # together or none of them, so this says which build is running.
@@ -264,6 +265,33 @@ def plain_queue(loop: Any) -> collections.deque[Any] | None:
     too much, it is written out, with a comment that says so.
     """
     return getattr(loop, "_plain_ready", None)
+
+
+class EpollWait:
+    """``select.epoll.poll`` for the compiled build, with an event array of its own.
+
+    ``_io.epoll`` uses it when this module is compiled; the C side is in
+    ``epollwait.pxd``, with the OS and CPython facts it relies on.  Called
+    as the epoll object's ``poll(timeout)`` is, with the same result and
+    exceptions.  Interpreted, nothing makes one.
+    """
+
+    __slots__ = ("_epfd",)
+
+    def __init__(self, epfd: int) -> None:
+        self._epfd = epfd
+
+    def __call__(self, timeout: float | None = None) -> list[tuple[int, int]]:
+        events: list[tuple[int, int]] = epoll_wait_list(  # type: ignore[assignment]  # shim
+            self._epfd,
+            cython.address(self._events),  # type: ignore[attr-defined]  # a C field
+            timeout,
+        )
+        return events
+
+    def close(self) -> None:
+        """The epoll fd is closed: a later call raises as a closed epoll object's poll does."""
+        self._epfd = -1
 
 
 def _new_handle(callback: Any, args: Any, loop: Any, context: Any) -> Handle:
