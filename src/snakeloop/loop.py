@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle, skip_when_recording
-from ._core.runloop import COMPILED, CoreLoop
+from ._core.runloop import COMPILED, CoreLoop, EpollWait
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
 from ._process import forking
@@ -300,7 +300,8 @@ class Loop(
             if check is not None:
                 check(self)
         if io_backend is None:
-            io_backend = default_backend()
+            # Compiled, epoll is waited on in C with an array of the loop's own.
+            io_backend = default_backend(EpollWait if COMPILED else None)
         schedule = None
         recording = None
         if replay is not None:

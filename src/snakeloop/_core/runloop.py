@@ -270,7 +270,7 @@ def plain_queue(loop: Any) -> collections.deque[Any] | None:
 class EpollWait:
     """``select.epoll.poll`` for the compiled build, with an event array of its own.
 
-    ``_io.epoll`` uses it when this module is compiled; the C side is in
+    The compiled loop gives it to its epoll backend (``_io.epoll``); the C side is in
     ``epollwait.pxd``, with the OS and CPython facts it relies on.  Called
     as the epoll object's ``poll(timeout)`` is, with the same result and
     exceptions.  Interpreted, nothing makes one.

@@ -15,7 +15,8 @@ table of which callback belongs to which fd; a backend knows only masks.
 from __future__ import annotations
 
 import select
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._events import READABLE, WRITABLE
 
@@ -37,12 +38,16 @@ if TYPE_CHECKING:
 __all__ = ["READABLE", "WRITABLE", "default_backend"]
 
 
-def default_backend() -> EpollBackend | PollBackend:
-    """The best backend this platform has: epoll, else poll."""
+def default_backend(epoll_wait: Callable[[int], Any] | None = None) -> EpollBackend | PollBackend:
+    """The best backend this platform has: epoll, else poll.
+
+    ``epoll_wait(fd)``, given, makes the epoll backend's ``poll`` (see
+    ``EpollBackend``).
+    """
     if hasattr(select, "epoll"):
         from .epoll import EpollBackend
 
-        return EpollBackend()
+        return EpollBackend(epoll_wait)
     from .poll import PollBackend
 
     return PollBackend()

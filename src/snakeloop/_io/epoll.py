@@ -26,8 +26,9 @@ OS facts this module relies on:
 from __future__ import annotations
 
 import select
+from collections.abc import Callable
+from typing import Any
 
-from .._core.runloop import COMPILED, EpollWait
 from ._events import READABLE, WRITABLE
 
 __all__ = ["EpollBackend"]
@@ -41,13 +42,15 @@ class EpollBackend:
 
     __slots__ = ("_epoll", "poll")
 
-    def __init__(self) -> None:
+    def __init__(self, wait: Callable[[int], Any] | None = None) -> None:
         self._epoll = select.epoll()
         # poll(timeout) -> [(fd, events)] is epoll's own method: None blocks,
         # and the masks need no translation (see _events), so the loop calls
-        # straight into C.  Compiled, the same call without the 12 KiB
-        # allocation of its event array on every poll (_core/epollwait.pxd).
-        self.poll = EpollWait(self._epoll.fileno()) if COMPILED else self._epoll.poll
+        # straight into C.  ``wait``, given, makes the loop's poll from the
+        # epoll fd instead: the compiled build's EpollWait, the same call
+        # without the 12 KiB allocation of its event array on every poll
+        # (see the loop's default_backend call).  It has a close().
+        self.poll = self._epoll.poll if wait is None else wait(self._epoll.fileno())
 
     def fileno(self) -> int:
         return self._epoll.fileno()
@@ -66,6 +69,7 @@ class EpollBackend:
             pass
 
     def close(self) -> None:
-        if isinstance(self.poll, EpollWait):
-            self.poll.close()
+        close_wait = getattr(self.poll, "close", None)  # epoll's own poll has none
+        if close_wait is not None:
+            close_wait()
         self._epoll.close()
