@@ -92,6 +92,7 @@ cdef class CoreLoop:
         flush_gap=double,
         io_handle=Handle,
         deadline=double,
+        ntodo=Py_ssize_t,
     )
     cpdef _run_iterations(self, once)
 
