@@ -92,6 +92,73 @@ def test_call_soon_context_is_used(fake_loop):
     assert seen == ["inner", "outer"]
 
 
+def test_a_context_already_entered_is_reported_as_context_run_reports_it(fake_loop, loop_errors):
+    # The loop runs inside ctx, so the callback's ctx.run cannot enter it.
+    ctx = contextvars.copy_context()
+    ran = []
+    fake_loop.call_soon(ran.append, 1, context=ctx)
+    ctx.run(run_once, fake_loop)
+    assert ran == []
+    [error] = loop_errors
+    assert type(error["exception"]) is RuntimeError
+    assert str(error["exception"]) == f"cannot enter context: {ctx} is already entered"
+    assert error["message"].startswith("Exception in callback ")
+
+
+class RunsInPlace:
+    """Not a contextvars.Context: asyncio's Handle only calls its run()."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, callback, *args):
+        self.calls.append(args)
+        return callback(*args)
+
+
+def test_a_context_that_is_not_a_context_has_its_run_called(fake_loop):
+    duck = RunsInPlace()
+    seen = []
+    fake_loop.call_soon(seen.append, "a", context=duck)
+    fake_loop.call_soon(seen.clear, context=duck)
+    fake_loop.call_soon(seen.append, "b", context=duck)
+    run_once(fake_loop)
+    assert seen == ["b"]
+    assert duck.calls == [("a",), (), ("b",)]
+
+
+@pytest.mark.parametrize("readable", [1, 2], ids=["one-fd", "two-fds"])
+def test_readers_run_in_the_context_current_when_they_were_added(fake_loop, readable):
+    # One readable fd takes the run loop's lone-reader path, two its batch.
+    var = contextvars.ContextVar("var", default="unset")
+    pairs = [socket.socketpair() for _ in range(readable)]
+    seen = []
+    done = fake_loop.create_future()
+
+    def on_readable(sock):
+        sock.recv(1)
+        seen.append(var.get())
+        var.set("changed by the callback")
+        if len(seen) == readable:
+            done.set_result(None)
+
+    try:
+        for index, (ours, _) in enumerate(pairs):
+            var.set(f"when added {index}")
+            fake_loop.add_reader(ours, on_readable, ours)
+        var.set("after")
+        for _, theirs in pairs:
+            theirs.send(b"x")
+        fake_loop.run_until_complete(done)
+        assert sorted(seen) == [f"when added {index}" for index in range(readable)]
+        assert var.get() == "after"
+    finally:
+        for ours, theirs in pairs:
+            fake_loop.remove_reader(ours)
+            ours.close()
+            theirs.close()
+
+
 # ------------------------------------------------------------------- timers
 
 

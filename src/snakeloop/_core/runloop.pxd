@@ -119,6 +119,8 @@ cdef Handle _new_handle(object callback, object args, CoreLoop loop, object cont
 cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop loop, object context)
 
 
+cdef inline _run_live_handle(Handle handle)
+
 cdef Py_ssize_t _STRETCH_CALLBACKS
 
 @cython.locals(deadline=double)

@@ -271,9 +271,12 @@ class EpollWait:
     """``select.epoll.poll`` for the compiled build, with an event array of its own.
 
     The compiled loop gives it to its epoll backend (``_io.epoll``); the C side is in
-    ``epollwait.pxd``, with the OS and CPython facts it relies on.  Called
-    as the epoll object's ``poll(timeout)`` is, with the same result and
-    exceptions.  Interpreted, nothing makes one.
+    ``epollwait.pxd``, with the OS and CPython facts it relies on.  Its
+    ``poll(timeout)`` is called as the epoll object's is, with the same
+    result and exceptions.  A method, not ``__call__``: the loop calls a
+    bound method of a compiled class through vectorcall, where calling an
+    instance goes through ``tp_call`` and packs the timeout into a tuple.
+    Interpreted, nothing makes one.
     """
 
     __slots__ = ("_epfd",)
@@ -281,7 +284,7 @@ class EpollWait:
     def __init__(self, epfd: int) -> None:
         self._epfd = epfd
 
-    def __call__(self, timeout: float | None = None) -> list[tuple[int, int]]:
+    def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
         events: list[tuple[int, int]] = epoll_wait_list(  # type: ignore[assignment]  # shim
             self._epfd,
             cython.address(self._events),  # type: ignore[attr-defined]  # a C field
@@ -340,6 +343,32 @@ def _new_timer(when: Any, callback: Any, args: Any, loop: Any, context: Any) -> 
 if not cython.compiled:
     _new_handle = Handle  # type: ignore[assignment,misc]
     _new_timer = TimerHandle  # type: ignore[assignment,misc]
+
+
+def _run_live_handle(handle):
+    """Compiled: run an uncancelled Handle's callback in its context.
+
+    A ``contextvars.Context`` is entered through the C API (what
+    ``Context.run`` does, with the same "already entered" RuntimeError)
+    instead of a ``run`` method call: no method lookup and no argument tuple
+    per callback.  Any other context object gets its ``run`` called, as
+    asyncio's Handle does.
+    """
+    context = handle._context
+    args = handle._args
+    if PyContext_CheckExact(context):
+        PyContext_Enter(context)
+        try:
+            if args:
+                handle._callback(*args)
+            else:
+                handle._callback()
+        finally:
+            PyContext_Exit(context)
+    elif args:
+        context.run(handle._callback, *args)
+    else:
+        context.run(handle._callback)
 
 
 def _as_handle(loop: Any, entry: Any) -> Handle:
@@ -955,7 +984,9 @@ class CoreLoop:
                                 # One event, one I/O callback run.
                                 lone += 1
                                 try:
-                                    if io_handle._args:
+                                    if compiled:
+                                        _run_live_handle(io_handle)
+                                    elif io_handle._args:
                                         io_handle._context.run(
                                             io_handle._callback, *io_handle._args
                                         )
@@ -1116,7 +1147,9 @@ class CoreLoop:
                         if io_handle._cancelled:
                             continue
                         try:
-                            if io_handle._args:
+                            if compiled:
+                                _run_live_handle(io_handle)
+                            elif io_handle._args:
                                 io_handle._context.run(io_handle._callback, *io_handle._args)
                             else:
                                 io_handle._context.run(io_handle._callback)
@@ -1221,24 +1254,8 @@ class CoreLoop:
                         context.run(callback, arg)
                 elif isinstance(entry, Handle):
                     handle = entry
-                    if handle._cancelled:
-                        continue
-                    context = handle._context
-                    callback = handle._callback
-                    args = handle._args
-                    if PyContext_CheckExact(context):
-                        PyContext_Enter(context)
-                        try:
-                            if args:
-                                callback(*args)
-                            else:
-                                callback()
-                        finally:
-                            PyContext_Exit(context)
-                    elif args:
-                        context.run(callback, *args)
-                    else:
-                        context.run(callback)
+                    if not handle._cancelled:
+                        _run_live_handle(handle)
                 elif entry._cancelled:
                     pass
                 elif entry._args:

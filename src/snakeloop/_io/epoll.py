@@ -40,17 +40,18 @@ assert select.EPOLLIN == READABLE and select.EPOLLOUT == WRITABLE
 class EpollBackend:
     """Readiness through one epoll instance."""
 
-    __slots__ = ("_epoll", "poll")
+    __slots__ = ("_epoll", "_waiter", "poll")
 
     def __init__(self, wait: Callable[[int], Any] | None = None) -> None:
         self._epoll = select.epoll()
         # poll(timeout) -> [(fd, events)] is epoll's own method: None blocks,
         # and the masks need no translation (see _events), so the loop calls
-        # straight into C.  ``wait``, given, makes the loop's poll from the
-        # epoll fd instead: the compiled build's EpollWait, the same call
-        # without the 12 KiB allocation of its event array on every poll
-        # (see the loop's default_backend call).  It has a close().
-        self.poll = self._epoll.poll if wait is None else wait(self._epoll.fileno())
+        # straight into C.  ``wait``, given, makes a waiter from the epoll fd
+        # whose poll the loop calls instead: the compiled build's EpollWait,
+        # the same call without the 12 KiB allocation of its event array on
+        # every poll (see the loop's default_backend call).  It has a close().
+        self._waiter = None if wait is None else wait(self._epoll.fileno())
+        self.poll = self._epoll.poll if self._waiter is None else self._waiter.poll
 
     def fileno(self) -> int:
         return self._epoll.fileno()
@@ -69,7 +70,6 @@ class EpollBackend:
             pass
 
     def close(self) -> None:
-        close_wait = getattr(self.poll, "close", None)  # epoll's own poll has none
-        if close_wait is not None:
-            close_wait()
+        if self._waiter is not None:
+            self._waiter.close()
         self._epoll.close()
