@@ -14,9 +14,10 @@ Loops: ``stdlib``, ``pure`` (this checkout's ``src``), ``compiled`` (the same ``
 compiled as setup.py compiles it, see ``benchmarks.compiled``), ``baseline-pure`` and
 ``baseline-compiled`` (``--baseline REV``), ``uvloop`` and ``rloop``.
 
-``--only echo-protocol,echo-streams`` adds two rows that the default leaves out:
-the server's instructions per 1 KiB round trip of an echo over one TCP connection,
-loaded by a client in another process (not counted).
+``--only echo-protocol,echo-streams,echo-udp`` adds three rows that the default leaves
+out: the server's instructions per 1 KiB round trip of an echo over one TCP
+connection, and per 1 KiB datagram echoed to 50 UDP sockets, loaded by a client in
+another process (not counted).
 
 Traps: the timer-churn row batches its timers by how fast the loop runs, so its
 count under valgrind is not the one the timed run sees (compare builds of one loop
@@ -130,9 +131,83 @@ def _echo(streams: bool):
     return echo
 
 
-# Server-side instructions per 1 KiB round trip on one connection: a Protocol
-# that writes back what it receives, and asyncio streams (read, write, drain).
-ECHO_WORKLOADS = {"echo-protocol": _echo(streams=False), "echo-streams": _echo(streams=True)}
+# A UDP echo client with UDP_CLIENTS sockets, each keeping one 1 KiB datagram in
+# flight (benchmarks.bench_udp's shape), in a process of its own as above.  One
+# in flight per socket keeps the server's receive buffer from overflowing, so no
+# datagram is lost however slowly valgrind runs the server.
+UDP_CLIENTS = 50
+_UDP_CLIENT = """
+import select, socket, sys
+port, rounds, clients = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+message = b"x" * 1024
+epoll = select.epoll()
+by_fd = {}
+for _ in range(clients):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    by_fd[sock.fileno()] = sock
+    epoll.register(sock.fileno(), select.EPOLLIN)
+sent = received = 0
+for sock in list(by_fd.values())[:rounds]:
+    sock.send(message)
+    sent += 1
+while received < rounds:
+    for fd, _ in epoll.poll():
+        sock = by_fd[fd]
+        while True:
+            try:
+                sock.recv(65536)
+            except BlockingIOError:
+                break
+            received += 1
+            if sent < rounds:
+                sock.send(message)
+                sent += 1
+"""
+
+
+def _echo_udp(loop, scale):
+    rounds = int(10_000 * scale)
+
+    async def main():
+        finished = loop.create_future()
+
+        class Echo(asyncio.DatagramProtocol):
+            def __init__(self):
+                self.count = 0
+
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def datagram_received(self, data, addr):
+                self.transport.sendto(data, addr)
+                self.count += 1
+                if self.count == rounds:
+                    finished.set_result(None)
+
+        transport, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
+        port = transport.get_extra_info("sockname")[1]
+        command = [sys.executable, "-c", _UDP_CLIENT, str(port), str(rounds), str(UDP_CLIENTS)]
+        client = subprocess.Popen(command)
+        try:
+            await finished
+        finally:
+            transport.close()
+            client.wait()
+
+    loop.run_until_complete(main())
+    return rounds, 0.0
+
+
+# Server-side instructions per 1 KiB round trip: on one TCP connection, a Protocol
+# that writes back what it receives and asyncio streams (read, write, drain); and
+# per datagram echoed by a DatagramProtocol to UDP_CLIENTS sockets.
+ECHO_WORKLOADS = {
+    "echo-protocol": _echo(streams=False),
+    "echo-streams": _echo(streams=True),
+    "echo-udp": _echo_udp,
+}
 
 
 def _child(loop: str, where: str, workload: str, scale: float) -> None:

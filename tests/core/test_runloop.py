@@ -470,15 +470,18 @@ def test_plain_queue_follows_debug_mode_the_ready_queue_and_close(monkeypatch):
         loop.set_debug(False)
         assert plain_queue(loop) is loop._ready
 
-        # Task hooks swap the ready queue for one that reports task steps:
-        # plain entries must go to the queue the loop runs.
+        # Task hooks swap the ready queue for a deque subclass that reports
+        # task steps in its append, which a plain entry (appended with
+        # deque's own) would skip: entries go through call_soon meanwhile.
         hooks = _TaskHooks()
         plain_deque = loop._ready
         loop.add_instrument(hooks)
         assert loop._ready is not plain_deque
-        assert plain_queue(loop) is loop._ready
+        assert plain_queue(loop) is None
+        assert isinstance(done_callback_entry(loop), asyncio.Handle)
         loop.remove_instrument(hooks)
         assert plain_queue(loop) is loop._ready
+        assert type(done_callback_entry(loop)) is tuple
     finally:
         loop.close()
     assert plain_queue(loop) is None

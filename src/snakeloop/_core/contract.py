@@ -215,7 +215,10 @@ class LoopContract(Protocol):
 
     @property
     def _plain_ready(self) -> collections.deque[Any] | None:
-        """``_ready`` while a handle-free entry may go in it now, else None (then: call_soon)."""
+        """``_ready`` while a handle-free entry may go in it now, else None (then: call_soon).
+
+        Never a subclass of deque: futures append to it with deque's own append.
+        """
         ...
 
     def _refresh_plain_ready(self) -> None:

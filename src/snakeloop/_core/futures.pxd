@@ -28,6 +28,10 @@ from snakeloop._core.runloop cimport CoreLoop
 @cython.locals(core=CoreLoop)
 cdef inline object _plain_ready_attr(object loop, object name, object default)
 
+from snakeloop._core.readyqueue cimport learn_deque, queue_append
+
+cdef inline _append_plain(object ready, object entry)
+
 
 # The compiled Task._step sends into a native coroutine with PyIter_Send
 # (3.10+), which tells a return from a yield by its status: no StopIteration

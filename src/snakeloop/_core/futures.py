@@ -33,6 +33,7 @@ text stays identical on every version.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import inspect
 import itertools
@@ -55,7 +56,13 @@ from .runloop import CoreLoop, plain_queue
 
 if not cython.compiled:
     # The C functions futures.pxd declares, for the compiled paths only.
-    from .cythonshim import coro_send, drop_empty_dict, is_native_coroutine
+    from .cythonshim import (
+        coro_send,
+        drop_empty_dict,
+        is_native_coroutine,
+        learn_deque,
+        queue_append,
+    )
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
@@ -89,6 +96,22 @@ def _plain_ready_attr(loop: Any, name: str, default: None) -> Any:
 
 if not cython.compiled:
     _plain_ready_attr = getattr  # type: ignore[assignment]  # noqa: F811
+
+
+def _append_plain(ready: Any, entry: Any) -> None:
+    """``ready.append(entry)`` on a plain queue (always exactly a deque).
+
+    Compiled, deque's own C append is called (see readyqueue.pxd).
+    Interpreted, the name is ``collections.deque.append`` itself (below),
+    which costs what the method call did.
+    """
+    queue_append(ready, entry)
+
+
+if cython.compiled:
+    learn_deque(collections.deque)
+else:
+    _append_plain = collections.deque.append  # type: ignore[assignment]  # noqa: F811
 
 
 _PENDING = "PENDING"
@@ -125,7 +148,7 @@ def _schedule(loop, callback, arg, context):
     """``loop.call_soon(callback, arg, context=context)``, minus the Handle."""
     ready = plain_queue(loop)
     if ready is not None:
-        ready.append((callback, arg, context))
+        _append_plain(ready, (callback, arg, context))
     else:
         loop.call_soon(callback, arg, context=context)
 
@@ -443,7 +466,7 @@ class Future(_TypingOnlyGeneric[_T]):
             ready = _plain_ready_attr(self._loop, "_plain_ready", None)
             if ready is not None:
                 self._callback0 = None
-                ready.append((callback0, self, self._context0))
+                _append_plain(ready, (callback0, self, self._context0))
                 self._context0 = None
                 return
         self._schedule_callbacks()
@@ -588,7 +611,7 @@ class Task(Future[_T]):
             self = None  # see _eager_start
             return
         if ready is not None:
-            ready.append((self._step, None, context))
+            _append_plain(ready, (self._step, None, context))
         else:
             loop.call_soon(self._step, context=context)
         _register_task(self)
@@ -762,14 +785,14 @@ class Task(Future[_T]):
                             ready = _plain_ready_attr(loop, "_plain_ready", None)
                         if ready is not None:
                             self._callback0 = None
-                            ready.append((callback0, self, self._context0))
+                            _append_plain(ready, (callback0, self, self._context0))
                             self._context0 = None
                         elif callback0 is not None or self._more_callbacks:
                             self._schedule_callbacks()
                 elif result is None:
                     ready = _plain_ready_attr(loop, "_plain_ready", None)
                     if ready is not None:
-                        ready.append((self._step, None, self._context))
+                        _append_plain(ready, (self._step, None, self._context))
                     else:
                         loop.call_soon(self._step, context=self._context)
                 elif type(result) in _OWN_CLASSES:

@@ -43,6 +43,7 @@ cdef extern from *:
     double monotonic_seconds "snakeloop_monotonic_seconds" () nogil
 from snakeloop._core.handles cimport Handle, TimerHandle
 from snakeloop._core.epollwait cimport snakeloop_epoll_events, epoll_wait_list
+from snakeloop._core.readyqueue cimport learn_deque, queue_append, queue_popleft
 
 
 cdef class CoreLoop:
@@ -93,11 +94,20 @@ cdef class CoreLoop:
         io_handle=Handle,
         deadline=double,
         ntodo=Py_ssize_t,
+        countdown=Py_ssize_t,
+        limit=Py_ssize_t,
+        polls=Py_ssize_t,
+        ran=Py_ssize_t,
+        ran_io=Py_ssize_t,
+        lone=Py_ssize_t,
+        nevents=Py_ssize_t,
+        backlog=Py_ssize_t,
+        fired=Py_ssize_t,
     )
     cpdef _run_iterations(self, once)
 
     @cython.locals(handle=Handle)
-    cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object popleft) except -1
+    cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object ready) except -1
 
     @cython.locals(scheduled=list, timer=TimerHandle)
     cdef _queue_due_timers(self, double end_time)

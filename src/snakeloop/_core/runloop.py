@@ -58,9 +58,12 @@ not much more than that.  The rule, for any part of snakeloop:
   loop's ``_plain_ready``, read with a default of None (other loops have no
   such attribute).  A snakeloop loop keeps it equal to ``_ready`` while its
   class's ``_accepts_plain_callbacks`` is true, it is not in debug mode (a
-  Handle made there records where it was made) and it is not closed
-  (``call_soon`` raises there), and None otherwise: whatever changes one of
-  those, or rebinds ``_ready``, calls ``_refresh_plain_ready()``.  One read
+  Handle made there records where it was made), it is not closed
+  (``call_soon`` raises there) and ``_ready`` is exactly a
+  ``collections.deque`` (a subclass such as the instruments' queue sees
+  each entry in its own ``append``, which futures skip: they append with
+  deque's own), and None otherwise: whatever changes one of those, or
+  rebinds ``_ready``, calls ``_refresh_plain_ready()``.  One read
   of one attribute instead of four is what a task switch can afford.  On
   None, the callback goes through ``loop.call_soon(callback, arg,
   context=context)``;
@@ -109,7 +112,10 @@ if not cython.compiled:
         PyContext_Enter,
         PyContext_Exit,
         epoll_wait_list,
+        learn_deque,
         monotonic_seconds,
+        queue_append,
+        queue_popleft,
     )
 
 if TYPE_CHECKING:
@@ -149,6 +155,10 @@ _NOT_WRITABLE = ~_WRITABLE
 _NOT_READABLE = ~_READABLE
 
 _get_ident = threading.get_ident
+
+if cython.compiled:
+    # queue_append (readyqueue.pxd) calls deque's C append directly.
+    learn_deque(collections.deque)
 
 
 # The timer heap.  Interpreted, it holds deadlines (see the module docstring)
@@ -502,10 +512,15 @@ class CoreLoop:
         See "Queueing a plain callback" above: whatever changes one of these
         calls this.
         """
-        if self._accepts_plain_callbacks and not self._debug and not self._closed:
-            self._plain_ready = self._ready
-        else:
-            self._plain_ready = None
+        plain: collections.deque[Any] | None = None
+        if (
+            self._accepts_plain_callbacks
+            and not self._debug
+            and not self._closed
+            and self._ready.__class__ is collections.deque
+        ):
+            plain = self._ready
+        self._plain_ready = plain
 
     # The compiled build's create_task and create_future: snakeloop's own
     # Task, and the loop's future class, made without a Python frame (one
@@ -568,24 +583,53 @@ class CoreLoop:
 
     # -- scheduling --------------------------------------------------------
 
-    def call_soon(
-        self,
-        callback: Callable[[*_Ts], object],
-        *args: *_Ts,
-        context: Context | None = None,
-    ) -> Handle:
-        """Run ``callback(*args)`` on the next iteration, in FIFO order."""
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        if self._debug:
-            self._check_thread()
-            self._check_callback(callback, "call_soon")
-        handle = _new_handle(callback, args, self, context)
-        if handle._source_traceback:
-            # asyncio's goes through _call_soon: two frames of its own.
-            shorten_source_traceback(handle._source_traceback, 2)
-        self._ready.append(handle)
-        return handle
+    # call_soon is defined once per build, as _push_timer is: they differ in
+    # the append only.  Compiled, deque's C append is called directly
+    # (queue_append, readyqueue.pxd): ``_ready.append`` on an untyped object
+    # is a lookup by name and a vectorcall, about 150 instructions of the
+    # chain rows' 2,500 per callback.  Interpreted, the method call is the
+    # cheapest there is, and a test of the build would cost every call.
+    if cython.compiled:
+
+        def call_soon(
+            self,
+            callback: Callable[[*_Ts], object],
+            *args: *_Ts,
+            context: Context | None = None,
+        ) -> Handle:
+            """Run ``callback(*args)`` on the next iteration, in FIFO order."""
+            if self._closed:
+                raise RuntimeError("Event loop is closed")
+            if self._debug:
+                self._check_thread()
+                self._check_callback(callback, "call_soon")
+            handle = _new_handle(callback, args, self, context)
+            if handle._source_traceback:
+                # asyncio's goes through _call_soon: two frames of its own.
+                shorten_source_traceback(handle._source_traceback, 2)
+            queue_append(self._ready, handle)
+            return handle
+
+    else:
+
+        def call_soon(
+            self,
+            callback: Callable[[*_Ts], object],
+            *args: *_Ts,
+            context: Context | None = None,
+        ) -> Handle:
+            """Run ``callback(*args)`` on the next iteration, in FIFO order."""
+            if self._closed:
+                raise RuntimeError("Event loop is closed")
+            if self._debug:
+                self._check_thread()
+                self._check_callback(callback, "call_soon")
+            handle = _new_handle(callback, args, self, context)
+            if handle._source_traceback:
+                # asyncio's goes through _call_soon: two frames of its own.
+                shorten_source_traceback(handle._source_traceback, 2)
+            self._ready.append(handle)
+            return handle
 
     def call_soon_threadsafe(
         self,
@@ -1174,13 +1218,13 @@ class CoreLoop:
                     # read there is a Python call.
                     if c_clock:
                         while ntodo > _STRETCH_CALLBACKS:
-                            self._run_ready(_STRETCH_CALLBACKS, popleft)
+                            self._run_ready(_STRETCH_CALLBACKS, ready)
                             ntodo -= _STRETCH_CALLBACKS
                             t = monotonic_seconds()
                             if t - last_read > slow:
                                 self._slow_stretch(t - last_read)
                             last_read = t
-                    ntodo = self._run_ready(ntodo, popleft)
+                    ntodo = self._run_ready(ntodo, ready)
                 while ntodo:
                     ntodo -= 1
                     handle = popleft()
@@ -1226,21 +1270,21 @@ class CoreLoop:
                 limit - countdown, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
             )
 
-    def _run_ready(self, ntodo, popleft):
+    def _run_ready(self, ntodo, ready):
         """Step 5, compiled: run the first ``ntodo`` entries of the ready queue.
 
         What the interpreted run loop does inline (a call per callback would
         cost it more than the work), with the entries' fields read as C
         fields, a plain entry told by its type (a compiled handle's
         ``__class__`` is its asyncio view), and contexts entered through the
-        C API instead of a ``Context.run`` method call.  ``popleft`` is the
-        run's bound ``_ready.popleft`` (the queue is swapped only between
-        runs): made here, it cost each iteration a lookup and a bound method,
-        about 400 instructions on 3.13.  Returns 0: none left.
+        C API instead of a ``Context.run`` method call.  ``ready`` is the
+        run's ``_ready`` (the queue is swapped only between runs), read once
+        per run; entries leave it through deque's C popleft (readyqueue.pxd).
+        Returns 0: none left.
         """
         while ntodo:
             ntodo -= 1
-            entry = popleft()
+            entry = queue_popleft(ready)
             try:
                 if type(entry) is tuple:
                     callback, arg, context = entry
