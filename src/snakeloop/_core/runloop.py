@@ -1319,14 +1319,14 @@ class CoreLoop:
         cancelled timer that comes due leaves the cancelled count instead.
         """
         scheduled = self._scheduled
-        append = self._ready.append
+        ready = self._ready
         while True:
             timer = _heappop(scheduled)
             timer._scheduled = False
             if timer._cancelled:
                 self._timer_cancelled_count -= 1
             else:
-                append(timer)
+                queue_append(ready, timer)
             if not scheduled:
                 return
             if _first_deadline(scheduled) >= end_time:
