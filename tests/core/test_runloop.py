@@ -9,7 +9,10 @@ They read the core's own tables, so they run on snakeloop only:
   the order they will fire;
 - ``_timer_cancelled_count``: how many cancelled handles those entries still
   hold, which decides when the heap is rebuilt and whether an iteration looks
-  for cancelled timers at all;
+  for cancelled timers at all.  Interpreted, a cancelled timer stays in the
+  heap, counted, until it surfaces or the heap is rebuilt, as in asyncio;
+  compiled, ``cancel()`` takes it out at once (``EAGER_CANCEL``), and each
+  timer in the heap knows its place (``_heap_index``);
 - ``_ready``: Handles and plain ``(callback, arg, context)`` entries, run in
   the order they were queued.
 
@@ -30,6 +33,10 @@ from hypothesis import strategies as st
 import snakeloop
 from snakeloop._core.runloop import plain_queue
 
+# Compiled, cancel() takes a timer out of the heap at once; interpreted, it
+# stays there until it surfaces or the heap is rebuilt.
+EAGER_CANCEL = snakeloop.COMPILED
+
 
 def cancelled_entries(loop) -> int:
     """How many cancelled handles the timer heap still holds."""
@@ -49,6 +56,8 @@ def assert_timer_tables_consistent(loop) -> None:
         key = [(timer._deadline, timer._seq) for timer in scheduled]
         assert len(set(key)) == len(key)
         assert sum(len(timers) for _, timers in pending) == len(scheduled)
+        assert [timer._heap_index for timer in scheduled] == list(range(len(scheduled)))
+        assert cancelled_entries(loop) == 0, "cancel() takes a timer out at once"
     else:
         key = scheduled
         assert sorted(scheduled) == sorted(loop._timers) == deadlines
@@ -86,9 +95,15 @@ def test_cancelled_timer_fired_with_a_live_one_is_uncounted(fake_snakeloop, fake
     # cancelled timer behind a live one comes due in step 4.
     loop = fake_snakeloop
     seen = []
-    loop.call_later(1, seen.append, "live")
-    loop.call_later(2, seen.append, "cancelled").cancel()
-    assert loop._timer_cancelled_count == 1
+    live = loop.call_later(1, seen.append, "live")
+    cancelled = loop.call_later(2, seen.append, "cancelled")
+    cancelled.cancel()
+    if EAGER_CANCEL:
+        assert loop._timer_cancelled_count == 0
+        assert not cancelled._scheduled
+        assert loop._pending_timers() == [(live.when(), [live])]
+    else:
+        assert loop._timer_cancelled_count == 1
     fake_clock.advance(3)
     run_once(loop)
     assert seen == ["live"]
@@ -147,7 +162,9 @@ def test_cancel_is_counted_once_and_only_while_in_the_heap(fake_snakeloop, fake_
     timer = loop.call_later(1, lambda: None)
     timer.cancel()
     timer.cancel()
-    assert loop._timer_cancelled_count == 1
+    assert loop._timer_cancelled_count == (0 if EAGER_CANCEL else 1)
+    assert timer._scheduled is not EAGER_CANCEL
+    assert_timer_tables_consistent(loop)
     fired = loop.call_later(1, lambda: None)
     fake_clock.advance(2)
     run_once(loop)
@@ -195,9 +212,14 @@ def test_a_cancelled_timer_on_top_is_dropped_before_the_poll(fake_snakeloop):
     third.cancel()
     run_once(loop)  # nothing is due: step 1 alone changes the tables
     assert not first._scheduled
-    assert third._scheduled, "only the earliest timers are dropped"
-    assert [when for when, _ in loop._pending_timers()] == [second.when(), third.when()]
-    assert loop._timer_cancelled_count == 1
+    if EAGER_CANCEL:
+        assert not third._scheduled
+        assert [when for when, _ in loop._pending_timers()] == [second.when()]
+        assert loop._timer_cancelled_count == 0
+    else:
+        assert third._scheduled, "only the earliest timers are dropped"
+        assert [when for when, _ in loop._pending_timers()] == [second.when(), third.when()]
+        assert loop._timer_cancelled_count == 1
     assert_timer_tables_consistent(loop)
 
 
@@ -235,7 +257,8 @@ def test_heap_is_rebuilt_when_most_of_a_large_heap_is_cancelled(fake_snakeloop, 
     # Cancel from the end, so step 1's drop from the top cannot find them.
     for handle in handles[50:]:
         handle.cancel()
-    assert loop._timer_cancelled_count == 100
+    assert loop._timer_cancelled_count == (0 if EAGER_CANCEL else 100)
+    assert len(loop._scheduled) == (50 if EAGER_CANCEL else 150)
     run_once(loop)
     assert len(loop._scheduled) == 50
     assert loop._timer_cancelled_count == 0
@@ -252,10 +275,50 @@ def test_heap_is_not_rebuilt_for_100_entries_or_fewer(fake_snakeloop):
     for handle in handles[1:]:
         handle.cancel()
     run_once(loop)
-    # The live timer on top stops step 1: the cancelled ones wait.
-    assert len(loop._scheduled) == 100
-    assert loop._timer_cancelled_count == 99
+    if EAGER_CANCEL:
+        assert len(loop._scheduled) == 1
+        assert loop._timer_cancelled_count == 0
+    else:
+        # The live timer on top stops step 1: the cancelled ones wait.
+        assert len(loop._scheduled) == 100
+        assert loop._timer_cancelled_count == 99
     assert_timer_tables_consistent(loop)
+
+
+def test_cancelling_anywhere_in_a_heap_keeps_it_a_heap_and_the_rest_fire_in_order(
+    fake_snakeloop, fake_clock
+):
+    # Compiled, the last entry fills the cancelled timer's place and goes up
+    # or down from there.  Set in this order, the heap is [1, 10, 2, 11, 12,
+    # 3, 4]: taking 11 out moves 4 up past 10, taking 1 out moves 3 down
+    # past 2, and 12 is then the last entry itself.
+    loop = fake_snakeloop
+    seen = []
+    deadlines = [1, 10, 2, 11, 12, 3, 4]
+    handles = [loop.call_later(d, seen.append, i) for i, d in enumerate(deadlines)]
+    cancelled = {3, 0, 4}
+    for i in (3, 0, 4):
+        handles[i].cancel()
+        assert_timer_tables_consistent(loop)
+    fake_clock.advance(20)
+    run_once(loop)
+    live = [i for i in range(len(deadlines)) if i not in cancelled]
+    assert seen == sorted(live, key=lambda i: (deadlines[i], i))
+    assert loop._scheduled == []
+
+
+def test_cancel_after_close_and_after_set_clock(fake_snakeloop):
+    loop = fake_snakeloop
+    moved = loop.call_later(1, lambda: None)
+    kept = loop.call_later(2, lambda: None)
+    loop.set_clock(snakeloop.VirtualClock(start=100.0))
+    assert_timer_tables_consistent(loop)
+    moved.cancel()
+    assert_timer_tables_consistent(loop)
+    assert [timers for _, timers in loop._pending_timers() if not timers[0].cancelled()] == [[kept]]
+    loop.close()
+    kept.cancel()
+    assert kept.cancelled()
 
 
 # -------------------------------------------------------------- batch order

@@ -18,3 +18,5 @@ cdef class TimerHandle(Handle):
     # Compiled only: the run loop's heap order (see runloop._earlier).
     cdef readonly double _deadline
     cdef readonly long long _seq
+    # Compiled only: its place in the heap while _scheduled (runloop._heap_remove).
+    cdef readonly Py_ssize_t _heap_index

@@ -118,7 +118,7 @@ cdef class CoreLoop:
     @cython.locals(group=list, member=TimerHandle, other=TimerHandle, index=dict)
     cdef _order_tie(self, TimerHandle timer)
 
-    @cython.locals(timers=dict, kept=list, live=list, timer=TimerHandle)
+    @cython.locals(timers=dict, kept=list, live=list, timer=TimerHandle, n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
     cdef list _compact_timers(self)
 
 
@@ -142,8 +142,10 @@ cdef inline bint _earlier(TimerHandle a, TimerHandle b) except -1
 @cython.locals(timer=TimerHandle)
 cdef inline double _first_deadline(list scheduled) except? -1.0
 
-@cython.locals(pos=Py_ssize_t, parent_pos=Py_ssize_t, parent=TimerHandle)
 cdef _heappush(list heap, TimerHandle item)
+
+@cython.locals(parent_pos=Py_ssize_t, parent=TimerHandle)
+cdef _sift_up(list heap, Py_ssize_t pos, TimerHandle item)
 
 @cython.locals(child=Py_ssize_t, right=Py_ssize_t, smaller=TimerHandle, other=TimerHandle)
 cdef _sift_down(list heap, Py_ssize_t pos, Py_ssize_t n, TimerHandle item)
@@ -151,8 +153,11 @@ cdef _sift_down(list heap, Py_ssize_t pos, Py_ssize_t n, TimerHandle item)
 @cython.locals(n=Py_ssize_t, first=TimerHandle, last=TimerHandle)
 cdef TimerHandle _heappop(list heap)
 
-@cython.locals(n=Py_ssize_t, pos=Py_ssize_t)
+@cython.locals(n=Py_ssize_t, pos=Py_ssize_t, timer=TimerHandle)
 cdef _heapify(list heap)
+
+@cython.locals(pos=Py_ssize_t, last=TimerHandle)
+cdef _heap_remove(list heap, TimerHandle timer)
 
 
 cdef class EpollWait:

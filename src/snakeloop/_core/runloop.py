@@ -8,7 +8,8 @@ module from the same source: attributes are declared in ``__init__`` under
 One iteration (``_run_once``) is:
 
 1. drop cancelled timers from the top of the heap, or rebuild the heap when
-   more than half of it is cancelled;
+   more than half of it is cancelled (interpreted: compiled, ``cancel()``
+   takes a timer out of the heap at once, see ``_heap_remove``);
 2. choose the poll timeout: 0 if callbacks are ready or the loop is
    stopping, else the time to the earliest timer, else block;
 3. poll the OS and queue the callbacks of the ready fds.  When callbacks are
@@ -212,15 +213,24 @@ def _first_deadline(scheduled):
 def _heappush(heap, item):
     """``heapq.heappush``, for timers: ``item`` goes up from the end to its place."""
     heap.append(item)
-    pos = len(heap) - 1
+    _sift_up(heap, len(heap) - 1, item)
+
+
+# Compiled, every timer in the heap knows its place (``_heap_index``), so that
+# cancel() can take it out at once (_heap_remove): each function below that
+# moves a timer writes its new place.
+def _sift_up(heap, pos, item):
+    """Put ``item`` at ``pos`` or above it."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
         if not _earlier(item, parent):
             break
         heap[pos] = parent
+        parent._heap_index = pos
         pos = parent_pos
     heap[pos] = item
+    item._heap_index = pos
 
 
 def _sift_down(heap, pos, n, item):
@@ -237,9 +247,11 @@ def _sift_down(heap, pos, n, item):
         if not _earlier(smaller, item):
             break
         heap[pos] = smaller
+        smaller._heap_index = pos
         pos = child
         child = 2 * pos + 1
     heap[pos] = item
+    item._heap_index = pos
 
 
 def _heappop(heap):
@@ -256,10 +268,31 @@ def _heappop(heap):
 def _heapify(heap):
     """``heapq.heapify``, for timers."""
     n = len(heap)
+    pos = 0
+    while pos < n:
+        timer = heap[pos]
+        timer._heap_index = pos
+        pos += 1
     pos = n // 2 - 1
     while pos >= 0:
         _sift_down(heap, pos, n, heap[pos])
         pos -= 1
+
+
+def _heap_remove(heap, timer):
+    """Take ``timer`` out of the heap, wherever it is: the last entry fills its place."""
+    pos = timer._heap_index
+    if pos >= len(heap) or heap[pos] is not timer:
+        raise RuntimeError(
+            f"snakeloop internal error: {timer!r} is not at its place in the timer heap"
+        )
+    last = heap.pop()
+    if last is timer:
+        return
+    if pos > 0 and _earlier(last, heap[(pos - 1) >> 1]):
+        _sift_up(heap, pos, last)
+    else:
+        _sift_down(heap, pos, len(heap), last)
 
 
 if not cython.compiled:
@@ -762,14 +795,23 @@ class CoreLoop:
             timer._scheduled = True
             return timer
 
+    @cython.locals(timer=TimerHandle)
     def _timer_handle_cancelled(self, handle: Any) -> None:
         """asyncio's ``TimerHandle.cancel()`` reports a cancel here.
 
-        snakeloop's own TimerHandle counts its cancel itself (no call); this
-        one is called only for an ``asyncio.TimerHandle`` that user code built
-        with this loop, which was never in the heap.  As in asyncio, only a
-        handle that is in the heap is counted.
+        Interpreted, snakeloop's own TimerHandle counts its cancel itself (no
+        call), and the heap entry stays until it surfaces or the heap is
+        compacted.  Compiled, it calls here and leaves the heap at once.
+        Otherwise the handle is an ``asyncio.TimerHandle`` that user code
+        built with this loop, which was never in the heap: as in asyncio,
+        only a handle that is in the heap is counted.
         """
+        if cython.compiled and type(handle) is TimerHandle:
+            timer = handle
+            if timer._scheduled:
+                _heap_remove(self._scheduled, timer)
+                timer._scheduled = False
+            return
         if handle._scheduled:
             self._timer_cancelled_count += 1
 
@@ -906,7 +948,8 @@ class CoreLoop:
         scheduled = self._scheduled
         try:
             while True:
-                # 1. Lazily cancelled timers.
+                # 1. Lazily cancelled timers (compiled, cancel() has taken
+                # them out already, and the count stays 0).
                 if self._timer_cancelled_count:
                     n = len(scheduled)
                     if (
@@ -1381,16 +1424,24 @@ class CoreLoop:
         timer's ``__class__`` is a property (its asyncio view), which cost
         the timer-churn row 6% of its instructions here.
         """
-        kept = []
         if cython.compiled:
-            for timer in self._scheduled:
+            kept = self._scheduled
+            n = len(kept)
+            k = 0
+            i = 0
+            while i < n:
+                timer = kept[i]
+                i += 1
                 if timer._cancelled:
                     timer._scheduled = False
                 else:
-                    kept.append(timer)
+                    kept[k] = timer
+                    k += 1
+            del kept[k:]
             _heapify(kept)
             self._timer_cancelled_count = 0
             return kept
+        kept = []
         timers = self._timers
         for when in self._scheduled:
             entry = timers[when]
@@ -1464,8 +1515,13 @@ class CoreLoop:
             return timer._when
         return scheduled[0]
 
+    @cython.locals(timer=TimerHandle)
     def _clear_timers(self) -> None:
         """Forget every timer (``close()``)."""
+        if cython.compiled:
+            # A cancel() after close() finds its timer out of the heap.
+            for timer in self._scheduled:
+                timer._scheduled = False
         self._scheduled.clear()
         self._timers.clear()
         if self._tie_index is not None:
@@ -1487,6 +1543,7 @@ class CoreLoop:
                 timer._seq = self._timer_seq
                 self._timer_seq += 1
             # Still sorted, so still a heap.
+            _heapify(ordered)
             self._scheduled = ordered
             if self._tie_index is not None:
                 self._tie_index = {}
