@@ -1,0 +1,151 @@
+"""How soon a busy loop sees a timer come due, and what its clock reads time, on the real clock.
+
+While callbacks keep the loop busy, each iteration decides whether the earliest timer is
+due.  Compiled, on Linux, it first reads the coarse clock (runloop.pxd), and the precise
+one only when a timer could be due; after a quick iteration, while every timer is more
+than a second away, it reads none for a few iterations.  These tests pin what that may
+change and what it may not:
+
+- a timer due soon fires in the first iteration whose clock read shows it due, as on
+  asyncio;
+- a far timer fires at most a few iterations (``_COARSE_SKIPS``, 7) after that;
+- a timer set while the loop skips its reads is looked at in the next iteration;
+- a slow stretch with a timer pending is seen once, and quick iterations are never one.
+
+Timers are set in real time here: a fake clock would take the compiled build off the C
+clock.  The counts are of a ``call_soon`` chain's callbacks, so they hold on a slow
+machine too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from _loopkit import LOOP_KINDS, loop_ctx
+
+import snakeloop
+
+pytestmark = pytest.mark.unseeded(
+    "counts the iterations an unseeded loop takes to see a timer due; a seed may hold "
+    "a due timer back on purpose (timer_delay)"
+)
+
+# The iterations of a call_soon chain that may start at or after a timer's deadline
+# before the timer runs: the one whose clock read came just before the deadline, and
+# the next, whose chain callback was queued before the timer.
+NEXT_ITERATION = 2
+# Compiled, a far timer may be seen this many iterations later (runloop._COARSE_SKIPS).
+SKIPPED_READS = 7
+
+
+def _chain_until_timer(loop, delay, *, before=None):
+    """Run a call_soon chain until a timer ``delay`` seconds away has run.
+
+    ``before`` (a count of callbacks) sets the timer from the chain, after that many,
+    rather than before the chain starts.  Returns how many chain callbacks started at or
+    after the timer's deadline before it ran.
+    """
+    late = 0
+    fired = False
+    deadline = None
+    count = 0
+
+    def fire():
+        nonlocal fired
+        fired = True
+
+    def set_timer():
+        nonlocal deadline
+        deadline = loop.call_later(delay, fire).when()
+
+    def step():
+        nonlocal late, count
+        if fired:
+            loop.stop()
+            return
+        count += 1
+        if count == before:
+            set_timer()
+        elif deadline is not None and time.monotonic() >= deadline:
+            late += 1
+        loop.call_soon(step)
+
+    if before is None:
+        set_timer()
+    loop.call_soon(step)
+    loop.run_forever()
+    return late
+
+
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_a_near_timer_fires_in_the_first_iteration_that_sees_it_due(kind):
+    with loop_ctx(kind) as loop:
+        assert _chain_until_timer(loop, 0.03) <= NEXT_ITERATION
+
+
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_a_timer_set_among_far_ones_is_seen_at_once(kind):
+    # The far timers let a compiled loop skip its clock reads; a timer due now
+    # ends the skips.  It is set after eight chain lengths in a row, so that one
+    # of them falls inside a run of skipped reads (seven iterations in eight).
+    with loop_ctx(kind) as loop:
+        far = [loop.call_later(3600 + i, lambda: None) for i in range(10)]
+        try:
+            lates = [_chain_until_timer(loop, 0, before=2_000 + i) for i in range(8)]
+        finally:
+            for handle in far:
+                handle.cancel()
+    assert max(lates) <= NEXT_ITERATION, lates
+
+
+@pytest.mark.slow
+def test_a_far_timer_fires_a_few_iterations_after_it_is_due_at_most():
+    # 1.2 s: more than the second of headroom under which a compiled loop reads
+    # its clock every iteration.
+    with loop_ctx("snakeloop") as loop:
+        assert _chain_until_timer(loop, 1.2) <= NEXT_ITERATION + SKIPPED_READS
+
+
+def _spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.slow
+def test_with_a_timer_pending_quick_iterations_are_never_slow_and_a_slow_one_is_seen_once(
+    caplog,
+):
+    loop = snakeloop.new_event_loop()
+    try:
+        # Above the default: a scheduling hiccup of a loaded machine is not a slow stretch.
+        loop.slow_callback_duration = 0.2
+        far = loop.call_later(3600, lambda: None)
+        end = time.monotonic() + 0.3
+        count = 0
+
+        def quick():
+            nonlocal count
+            count += 1
+            if time.monotonic() < end:
+                loop.call_soon(quick)
+            else:
+                loop.stop()
+
+        loop.call_soon(quick)
+        loop.run_forever()
+        assert count > 1000
+        assert loop.metrics().slow_iterations == 0
+
+        # 0.25 s in one callback, then quick ones: the stretch is seen when the loop
+        # next reads a clock, a few iterations later at most, and only then.
+        end = time.monotonic() + 0.4
+        loop.call_soon(_spin, 0.25)
+        loop.call_soon(quick)
+        loop.run_forever()
+        assert loop.metrics().slow_iterations == 1
+        far.cancel()
+    finally:
+        loop.close()
+    assert any("seconds without a pause" in r.getMessage() for r in caplog.records)
