@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import weakref
 
 import pytest
 from _loopkit import FakeClock, loop_ctx, run_once
@@ -319,6 +320,53 @@ def test_cancel_after_close_and_after_set_clock(fake_snakeloop):
     loop.close()
     kept.cancel()
     assert kept.cancelled()
+
+
+# ----------------------------------------------------- handles, made again
+# Compiled, a freed Handle's memory is kept for the next one (a Cython
+# freelist): nothing of the old handle may show through the new one.
+
+
+def test_a_handle_made_after_one_is_freed_starts_fresh(fake_snakeloop):
+    loop = fake_snakeloop
+    loop.set_debug(True)
+    first = loop.call_soon(print, "first")
+    first.cancel()
+    assert first._repr is not None and first._source_traceback
+    ref = weakref.ref(first)
+    del first
+    run_once(loop)
+    assert ref() is None
+    loop.set_debug(False)
+    seen = []
+    handles = [loop.call_soon(seen.append, i) for i in range(300)]
+    for handle in handles:
+        assert not handle.cancelled()
+        assert handle._repr is None and handle._source_traceback is None
+        assert isinstance(handle, asyncio.Handle)
+        assert not isinstance(handle, asyncio.TimerHandle)
+    assert ref() is None
+    del handles
+    run_once(loop)
+    assert seen == list(range(300))
+
+
+def test_a_handle_subclass_is_made_and_freed_as_its_own_class(fake_snakeloop):
+    handle_class = type(fake_snakeloop.call_soon(lambda: None))
+
+    class Tagged(handle_class):
+        __slots__ = ()
+
+    loop = fake_snakeloop
+    seen = []
+    tagged = [Tagged(seen.append, ("tagged",), loop, None) for _ in range(10)]
+    del tagged
+    plain = [loop.call_soon(seen.append, "plain") for _ in range(10)]
+    assert {type(handle) for handle in plain} == {handle_class}
+    assert type(Tagged(seen.append, ("tagged",), loop, None)) is Tagged
+    del plain
+    run_once(loop)
+    assert seen == ["plain"] * 10
 
 
 # -------------------------------------------------------------- batch order

@@ -9,6 +9,10 @@ the pure build needs nothing beyond the standard library.  Only the names the
 modules use are here.
 """
 
+from typing import TypeVar
+
+_C = TypeVar("_C", bound=type)
+
 compiled = False
 
 
@@ -19,6 +23,16 @@ def locals(**types: object) -> object:  # noqa: A001  # Cython's name
 
 def _unchanged(function: object) -> object:
     return function
+
+
+def freelist(size: int) -> object:
+    """``@cython.freelist(size)`` on a class: compiled, freed instances are kept; here, nothing."""
+    return _unchanged
+
+
+def cclass(cls: _C) -> _C:
+    """``@cython.cclass``: compiled, the class is a C type; here, the class itself."""
+    return cls
 
 
 def _compiled_only(*args: object) -> object:
