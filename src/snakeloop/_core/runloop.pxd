@@ -194,6 +194,9 @@ cdef _sift_down(list heap, Py_ssize_t pos, Py_ssize_t n, TimerHandle item)
 cdef TimerHandle _heappop(list heap)
 
 @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, timer=TimerHandle)
+cdef _index_heap(list heap)
+
+@cython.locals(n=Py_ssize_t, pos=Py_ssize_t)
 cdef _heapify(list heap)
 
 @cython.locals(pos=Py_ssize_t, last=TimerHandle)

@@ -288,14 +288,20 @@ def _heappop(heap):
     return first
 
 
-def _heapify(heap):
-    """``heapq.heapify``, for timers."""
+def _index_heap(heap):
+    """Tell every timer of a rebuilt heap its place (compiled only)."""
     n = len(heap)
     pos = 0
     while pos < n:
         timer = heap[pos]
         timer._heap_index = pos
         pos += 1
+
+
+def _heapify(heap):
+    """``heapq.heapify``, for timers."""
+    _index_heap(heap)
+    n = len(heap)
     pos = n // 2 - 1
     while pos >= 0:
         _sift_down(heap, pos, n, heap[pos])
@@ -303,7 +309,10 @@ def _heapify(heap):
 
 
 def _heap_remove(heap, timer):
-    """Take ``timer`` out of the heap, wherever it is: the last entry fills its place."""
+    """Take ``timer`` out of the heap, wherever it is: the last entry fills its place.
+
+    Compiled only.
+    """
     pos = timer._heap_index
     if pos >= len(heap) or heap[pos] is not timer:
         raise RuntimeError(
@@ -1215,10 +1224,13 @@ class CoreLoop:
                                 elif coarse <= last_read:
                                     # Less than a tick since the last read.
                                     coarse_skip = _COARSE_SKIPS
+                                    # Not below the reading: timer_delay's
+                                    # seam sets a resolution of -inf for
+                                    # one iteration only.
                                     coarse_floor = (
                                         coarse
                                         + coarse_margin
-                                        + self._clock_resolution
+                                        + max(self._clock_resolution, 0.0)
                                         + _COARSE_SKIP_HEADROOM
                                     )
                                 last_read = coarse
@@ -1612,7 +1624,7 @@ class CoreLoop:
                 timer._seq = self._timer_seq
                 self._timer_seq += 1
             # Still sorted, so still a heap.
-            _heapify(ordered)
+            _index_heap(ordered)
             self._scheduled = ordered
             if self._tie_index is not None:
                 self._tie_index = {}
