@@ -380,6 +380,33 @@ def test_exact_mode_attributes_the_first_slow_step_too(stdlib_futures):
     assert all(r.task_name == "blocker" for r in m.slow_callbacks)
 
 
+async def _blocks_at_its_first_step_and_after_a_yield():
+    time.sleep(BLOCK)  # the first step
+    await asyncio.sleep(0)
+    time.sleep(BLOCK)  # after sleep(0)
+
+
+@TASK_KINDS
+def test_slow_steps_queued_by_the_task_itself_are_attributed_to_it(stdlib_futures):
+    # The first step and the one after sleep(0) are queued by the task, not
+    # by a future's callback: snakeloop's Task queues them as (Task._step,
+    # task, context), the C Task as a Handle.
+    async def main():
+        worker = asyncio.create_task(_blocks_at_its_first_step_and_after_a_yield(), name="yielder")
+        await worker
+        return asyncio.get_running_loop().metrics()
+
+    loop = snakeloop.new_event_loop(stdlib_futures=stdlib_futures, metrics="exact")
+    try:
+        m = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [(r.task_name, r.callback_label) for r in m.slow_callbacks] == [
+        ("yielder", "step of 'yielder'"),
+        ("yielder", "step of 'yielder'"),
+    ]
+
+
 def test_a_slow_plain_callback_is_named_by_its_function():
     def stall():
         time.sleep(BLOCK)

@@ -331,14 +331,14 @@ class InstrumentedReady(collections.deque):  # type: ignore[type-arg]
     the swap still reaches the loop's current queue.
     """
 
-    __slots__ = ("_tasks", "_stepped_by", "forward")
+    __slots__ = ("_tasks", "_stepped_in", "forward")
 
     def __init__(self, items: Iterable[Any], tasks: TaskHooks) -> None:
-        from ._insight.steps import task_stepped_by
+        from ._insight.steps import task_stepped_in
 
         super().__init__(items)
         self._tasks = tasks
-        self._stepped_by = task_stepped_by
+        self._stepped_in = task_stepped_in
         self.forward: Callable[[Any], None] | None = None
 
     def append(self, entry: Any) -> None:
@@ -347,11 +347,7 @@ class InstrumentedReady(collections.deque):  # type: ignore[type-arg]
             forward(entry)
             return
         super().append(entry)
-        # callback_of (snakeloop._insight.steps), written out.
-        if entry.__class__ is tuple:
-            task = self._stepped_by(entry[0])
-        else:
-            task = self._stepped_by(getattr(entry, "_callback", None))
+        task = self._stepped_in(entry)
         if task is not None:
             self._tasks.scheduled(task)
 

@@ -70,7 +70,7 @@ class Observer:
             if handle._cancelled:
                 continue
             if recorder is not None or instruments is not None:
-                stepped = task_stepped_by(handle._callback)
+                stepped = task_stepped_by(handle._callback, handle._args)
                 if recorder is not None:
                     # Where the task stands now is where a slow step began.
                     start = None if stepped is None else where_suspended(stepped)

@@ -71,5 +71,5 @@ cdef class Task(Future):
 cdef object _PENDING, _CANCELLED, _FINISHED
 cdef object _CancelledError, _InvalidStateError
 cdef object _copy_context, _register_task, _enter_task, _leave_task
-cdef object _task_name_counter, _OWN_CLASSES
+cdef object _task_name_counter, _OWN_CLASSES, _TASK_STEP
 cdef bint _PY312, _PY313

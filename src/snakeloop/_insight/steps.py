@@ -3,14 +3,16 @@
 A task step reaches the ready queue in one of these shapes (see
 ``docs/design.md`` and determinism.md section 1):
 
-- snakeloop's ``Task``: a plain entry ``(task._step | task._wakeup, arg,
-  context)``, or a Handle holding that bound method (debug mode);
+- snakeloop's ``Task``: a plain entry ``(Task._step, task, context)`` or
+  ``(task._wakeup, future, context)``, or a Handle holding the bound
+  ``task._step`` (debug mode, or a loop that takes no plain entries);
 - asyncio's C ``Task``: a Handle whose callback is a ``TaskStepMethWrapper``
   or the builtin ``task_wakeup``, both with the task as ``__self__``;
 - asyncio's ``_PyTask``: a Handle holding its bound ``__step``/``__wakeup``.
 
 A task as ``__self__`` is not enough (``call_soon(task.cancel)`` is no
-step), so the callback itself is recognised.
+step), so the callback itself is recognised.  ``Task._step`` itself, the
+function, is a step of the task it is given.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _STEP_FUNCTIONS = frozenset(
         aio_tasks._PyTask._Task__wakeup,  # type: ignore[attr-defined]
     }
 )
+_SNAKE_STEP = _SnakeTask._step
 _ASYNCIO_DIR = os.path.dirname(aio_tasks.__file__) + os.sep
 _SNAKELOOP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY_DIRS = (_STDLIB + os.sep, _SNAKELOOP_DIR)
@@ -42,8 +45,17 @@ def callback_of(entry: Any) -> Any:
     return getattr(entry, "_callback", None)
 
 
-def task_stepped_by(callback: Any) -> Any:
-    """The task ``callback`` takes a step of, or None."""
+def task_stepped_in(entry: Any) -> Any:
+    """The task a ready-queue entry (plain tuple or Handle) takes a step of, or None."""
+    if entry.__class__ is tuple:
+        return task_stepped_by(entry[0], entry[1:2])
+    return task_stepped_by(getattr(entry, "_callback", None), getattr(entry, "_args", ()))
+
+
+def task_stepped_by(callback: Any, args: Any = ()) -> Any:
+    """The task ``callback(*args)`` takes a step of, or None."""
+    if callback is _SNAKE_STEP:
+        return args[0] if args else None
     owner = getattr(callback, "__self__", None)
     if owner is None:
         return None
