@@ -351,6 +351,7 @@ class Loop(
         if schedule is not None:
             from .perturbation import PerturbedPoll
 
+            self._skip_polls_after_polls = False
             perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
             self._perturbed = perturbed
             self._base_poll = perturbed.poll

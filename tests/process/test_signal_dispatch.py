@@ -24,19 +24,25 @@ def _raise_here(sig: int) -> None:
 
 @pytest.mark.parametrize("watching_a_reader", [False, True])
 def test_handler_runs_in_the_iteration_that_reads_the_signal(loop, watching_a_reader):
-    # Iteration 1 raises the signal and queues ``marker``.  Iteration 2
+    # Iteration 2 raises the signal and queues ``marker``.  Iteration 3
     # polls, reads the signal byte, and runs ``marker`` then the handler;
-    # ``marker``'s own callback waits for iteration 3.  Had the handler been
+    # ``marker``'s own callback waits for iteration 4.  Had the handler been
     # queued for the next iteration, it would come after ``after_marker``.
+    # (The signal is raised in iteration 2, not 1: with callbacks waiting,
+    # snakeloop skips the poll of an iteration that follows one that polled,
+    # and a run's first iteration polls, so iteration 2 may not.)
     order = []
 
     def marker():
         order.append("marker")
         loop.call_soon(order.append, "after_marker")
 
-    def first():
+    def second():
         _raise_here(signal.SIGUSR1)
         loop.call_soon(marker)
+
+    def first():
+        loop.call_soon(second)
 
     idle_a, idle_b = socket.socketpair()
     if watching_a_reader:

@@ -99,6 +99,7 @@ cdef class CoreLoop:
     cdef public dict _fileobjs
     cdef public object _current_handle
     cdef public object _block_forever
+    cdef public bint _skip_polls_after_polls
     cdef public object _threadsafe_inbox
     cdef public LoopCounters _counters
     cdef public object _observe
@@ -118,6 +119,8 @@ cdef class CoreLoop:
         coarse=double,
         coarse_margin=double,
         coarse_ok=cython.bint,
+        may_skip=cython.bint,
+        skip_poll=cython.bint,
         coarse_skip=Py_ssize_t,
         coarse_floor=double,
         last_read=double,

@@ -15,9 +15,19 @@ One iteration (``_run_once``) is:
 3. poll the OS and queue the callbacks of the ready fds.  When callbacks are
    already waiting and no fd other than the waker is registered, the poll is
    skipped: it could only report a wakeup whose callbacks are already in the
-   deque (``call_soon_threadsafe`` appends before it wakes).  Internal fds
-   (``_add_internal_reader``: the signal pipe) are drained during this step,
-   so what they queue joins this iteration's batch;
+   deque (``call_soon_threadsafe`` appends before it wakes).  It is skipped
+   too when callbacks wait and the run's previous iteration polled: what it
+   would find, the next iteration's poll finds, as asyncio does when the I/O
+   comes a moment later (I/O may wait behind queued callbacks, never go
+   ahead of them).  So with callbacks waiting at least every second
+   iteration polls; a run's first iteration (the one iteration of a loop
+   stopped before it runs, too) and every iteration of a seeded loop
+   (``_skip_polls_after_polls``) poll.  A server's answer to a request (the
+   reader's callback wakes a task, whose step writes the answer) costs one
+   epoll_wait, not two, as on uvloop, where libuv runs the woken callbacks
+   after the poll that found the I/O.  Internal fds (``_add_internal_reader``:
+   the signal pipe) are drained during this step, so what they queue joins
+   this iteration's batch;
 4. move every timer due within one clock resolution of now to the deque;
 5. run exactly the callbacks that were in the deque when this step began;
    callbacks they add wait for the next iteration.  (When nothing was ready
@@ -495,6 +505,7 @@ class CoreLoop:
         "_fileobjs",
         "_current_handle",
         "_block_forever",
+        "_skip_polls_after_polls",
         "_threadsafe_inbox",
         "_counters",
         "_observe",
@@ -556,6 +567,11 @@ class CoreLoop:
         # Only that branch reads it, after the fd tables: a server waiting
         # for its next request pays one truth test of its reader table.
         self._block_forever = None
+        # Whether an iteration with callbacks waiting skips its poll when the
+        # one before it polled (step 3 above).  A seeded loop polls every
+        # iteration, as asyncio does: its perturbations hand held work on at
+        # polls and count their delays in iterations.
+        self._skip_polls_after_polls = True
         # The metrics' totals (kept even when nobody reads them: the counting
         # is in the iteration's locals either way), and who is told of a slow
         # stretch of callbacks.
@@ -984,6 +1000,10 @@ class CoreLoop:
         # The heap is replaced only below (compaction) and by set_clock, which
         # refuses a running loop: it is read once, not every iteration.
         scheduled = self._scheduled
+        # Whether this iteration may skip its poll (the last one polled); a
+        # run's first iteration may not.
+        may_skip = self._skip_polls_after_polls
+        skip_poll = False
         try:
             while True:
                 # 1. Lazily cancelled timers (compiled, cancel() has taken
@@ -998,16 +1018,25 @@ class CoreLoop:
                     else:
                         self._drop_cancelled_timers_at_top()
 
-                # 2-3. Poll, unless callbacks wait and only the waker is watched.
+                # 2-3. Poll, unless callbacks wait and only the waker is
+                # watched, or callbacks wait and the last iteration polled
+                # (step 3 above).
                 if ready or self._stopping:
                     if readers or writers or internal_readers:
-                        events = self._poll(0)
-                        polls += 1
-                        if events:
-                            backlog += len(events)
+                        if skip_poll:
+                            skip_poll = False
+                            events = None
+                        else:
+                            events = self._poll(0)
+                            polls += 1
+                            skip_poll = may_skip
+                            if events:
+                                backlog += len(events)
                     else:
+                        # Nothing but the waker to poll for.
                         events = None
                 else:
+                    skip_poll = may_skip
                     # The last callback's handle goes before a wait, not at
                     # the end of every iteration: until the next step 5 (or
                     # lone reader) overwrites it, only the loop's code runs.

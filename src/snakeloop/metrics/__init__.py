@@ -136,8 +136,8 @@ class LoopMetrics:
     busy: float
     utilization: float
     iterations: int
-    # Polls made, and polls skipped because callbacks were ready and no fd
-    # but the loop's own was watched.
+    # Polls made, and polls skipped because callbacks were ready and either
+    # no fd but the loop's own was watched or the iteration before polled.
     polls: int
     polls_skipped: int
     # Callbacks run, I/O events polled, and the events of polls that did not
