@@ -273,6 +273,42 @@ def test_a_tie_is_drawn_among_the_timers_that_can_still_run():
     assert orders == {"acd", "adc", "cad", "cda", "dac", "dca"}
 
 
+class _TimerOwner:
+    def tick(self):
+        pass
+
+
+def _tied_timers_fire_or_are_cancelled(loop):
+    """Weak references to the owners of four tied timers, one of them cancelled, all gone by."""
+    import weakref
+
+    owners = [_TimerOwner() for _ in range(4)]
+    refs = [weakref.ref(owner) for owner in owners]
+    when = loop.time() + 1
+    handles = [loop.call_at(when, owner.tick) for owner in owners]
+    handles[1].cancel()
+    del handles, owners
+    loop.run_until_complete(asyncio.sleep(2))
+    return refs
+
+
+def test_tied_timers_that_fired_or_were_cancelled_are_not_kept_by_the_loop():
+    # Compiled, a loop perturbing timer_ties keeps each deadline's timers in an
+    # index of its own: a timer that left the heap must leave it too, or its
+    # callback (here, its owner) outlives it.  The collector is off, so only
+    # references count.
+    import gc
+
+    loop = snakeloop.new_event_loop(seed=3, perturb="timer_ties", clock=snakeloop.VirtualClock())
+    gc.disable()
+    try:
+        refs = _tied_timers_fire_or_are_cancelled(loop)
+        assert [ref() for ref in refs] == [None, None, None, None]
+    finally:
+        gc.enable()
+        loop.close()
+
+
 # -- python -m snakeloop --seed ------------------------------------------------------------
 
 

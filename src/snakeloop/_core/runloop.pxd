@@ -156,6 +156,9 @@ cdef class CoreLoop:
     @cython.locals(group=list, member=TimerHandle, other=TimerHandle, index=dict)
     cdef _order_tie(self, TimerHandle timer)
 
+    @cython.locals(group=list, kept=list, index=dict)
+    cdef _untie(self, TimerHandle timer)
+
     @cython.locals(timers=dict, kept=list, live=list, timer=TimerHandle, n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
     cdef list _compact_timers(self)
 

@@ -859,6 +859,8 @@ class CoreLoop:
             if timer._scheduled:
                 _heap_remove(self._scheduled, timer)
                 timer._scheduled = False
+                if self._tie_index is not None:
+                    self._untie(timer)
             return
         if handle._scheduled:
             self._timer_cancelled_count += 1
@@ -1476,6 +1478,8 @@ class CoreLoop:
         while True:
             timer = _heappop(scheduled)
             timer._scheduled = False
+            if self._tie_index is not None:
+                self._untie(timer)
             if timer._cancelled:
                 self._timer_cancelled_count -= 1
             else:
@@ -1720,6 +1724,24 @@ class CoreLoop:
         index[deadline] = group
         if len(index) > 2 * len(self._scheduled) + 64:
             self._tie_index = {key: tied for key, tied in index.items() if _any_scheduled(tied)}
+
+    def _untie(self, timer: Any) -> None:
+        """Compiled: ``timer`` left the heap (fired or cancelled); its tie group forgets it.
+
+        Otherwise the index would keep a timer that ran, and through it its
+        callback and arguments, until the index is next pruned: a protocol
+        whose timeout fired would outlive its connection.
+        """
+        index = self._tie_index
+        deadline = timer._deadline
+        group = index.get(deadline)
+        if group is None:
+            return
+        kept = [other for other in group if other is not timer]
+        if kept:
+            index[deadline] = kept
+        else:
+            del index[deadline]
 
 
 def _any_scheduled(timers: list[Any]) -> bool:
