@@ -380,6 +380,87 @@ def test_exact_mode_attributes_the_first_slow_step_too(stdlib_futures):
     assert all(r.task_name == "blocker" for r in m.slow_callbacks)
 
 
+async def _helper_that_blocks_on_its_way_out():
+    await asyncio.sleep(0.01)  # the helper waits
+    time.sleep(BLOCK)
+
+
+async def _blocks_in_a_helper_then_in_itself():
+    await _helper_that_blocks_on_its_way_out()
+    await asyncio.sleep(0.01)  # back in the task's own coroutine
+    await _helper_that_blocks_on_its_way_out()
+
+
+class _Counting(snakeloop.Instrument):
+    """An instrument: callbacks run through the observer's general path."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def before_task_step(self, task):
+        self.steps += 1
+
+
+@TASK_KINDS
+@pytest.mark.parametrize("instrumented", [False, True], ids=["timed", "instrumented"])
+def test_a_slow_step_runs_between_the_lines_of_nested_coroutines(stdlib_futures, instrumented):
+    # Each slow step starts in the helper (a coroutine the task awaits) and
+    # ends in the task's own coroutine, or in the helper again: where the task
+    # stood before a step is read before it runs, and its line looked up once
+    # the step proved slow, after the helper's frame moved on or was gone.
+    async def main():
+        worker = asyncio.create_task(_blocks_in_a_helper_then_in_itself(), name="nested")
+        await worker
+        return asyncio.get_running_loop().metrics()
+
+    instrument = _Counting()
+    loop = snakeloop.new_event_loop(
+        stdlib_futures=stdlib_futures,
+        metrics="exact",
+        instruments=[instrument] if instrumented else (),
+    )
+    try:
+        m = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    waits = _place(_helper_that_blocks_on_its_way_out, "the helper waits")
+    assert [r.segment for r in m.slow_callbacks] == [
+        f"{waits} → {_place(_blocks_in_a_helper_then_in_itself, 'back in the task')}",
+        f"{waits} → ?",
+    ]
+    assert all(r.task_name == "nested" for r in m.slow_callbacks)
+    assert (instrument.steps > 0) == instrumented
+
+
+@pytest.mark.parametrize("metrics", [False, "exact"])
+def test_timed_callbacks_report_errors_and_skip_cancelled_ones_as_untimed_ones_do(metrics):
+    # In exact mode (as in a timing window) the core runs each entry itself
+    # (CoreLoop._run_ready_timed): the same errors reach the handler, with
+    # the same Handle and message, and a cancelled handle does not run.
+    loop = snakeloop.new_event_loop(metrics=metrics)
+    seen, ran = [], []
+
+    def fail(n):
+        raise ValueError(n)
+
+    try:
+        loop.set_exception_handler(lambda _, context: seen.append(context))
+        loop.call_soon(fail, 1)
+        loop.call_soon(ran.append, "cancelled").cancel()
+        loop.call_soon(ran.append, "kept")
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    assert ran == ["kept"]
+    [context] = seen
+    assert context["message"].startswith("Exception in callback ")
+    # (3.13 leaves the arguments out of the name outside debug mode.)
+    assert ".fail(" in context["message"]
+    assert isinstance(context["handle"], asyncio.Handle)
+    assert type(context["exception"]) is ValueError
+
+
 async def _blocks_at_its_first_step_and_after_a_yield():
     time.sleep(BLOCK)  # the first step
     await asyncio.sleep(0)

@@ -638,7 +638,8 @@ class Loop(
         recorder = self._metrics_recorder
         timing = recorder if recorder is not None and recorder.timing(self._now()) else None
         instruments = self._instrument_set
-        if self._debug or timing is not None or instruments is not None:
+        self._timed = None
+        if self._debug or instruments is not None:
             from .observing import Observer
 
             self._observe = Observer(
@@ -648,6 +649,10 @@ class Loop(
                 instruments=instruments,
                 tasks=self._instrument_tasks,
             )
+        elif timing is not None:
+            from .observing import TimedSteps
+
+            self._observe = self._timed = TimedSteps(self, timing)
         else:
             self._observe = None
 

@@ -15,7 +15,12 @@ also:
 
 ``Loop._update_observer`` sets ``_observe`` to an Observer when any of
 these is wanted and back to None when none is, so the production
-iteration pays one attribute test for all of them.
+iteration pays one attribute test for all of them.  When timing is all
+that is wanted, it sets ``_observe`` and ``_timed`` to a ``TimedSteps``
+instead, and the core runs the step itself (``CoreLoop._run_ready_timed``,
+in C when compiled): a clock read per callback and a cheap reading of
+where each task stands, so that the window a slow stretch opens costs the
+loop little for the window's length.
 """
 
 from __future__ import annotations
@@ -23,10 +28,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ._core.runloop import _as_handle, format_handle
-from ._insight.steps import task_stepped_by, where_suspended
+from ._core.runloop import _as_handle, format_handle, suspension_of
+from ._insight.steps import (
+    LIBRARY_FILES,
+    SNAKE_TASK_STEP,
+    SNAKE_TASK_WAKEUP,
+    judge_file,
+    task_stepped_by,
+    task_stepped_in,
+)
 
-__all__ = ["Observer"]
+__all__ = ["Observer", "TimedSteps"]
 
 # asyncio's logger: debug mode's slow-callback line is asyncio's own.
 logger = logging.getLogger("asyncio")
@@ -73,7 +85,11 @@ class Observer:
                 stepped = task_stepped_by(handle._callback, handle._args)
                 if recorder is not None:
                     # Where the task stands now is where a slow step began.
-                    start = None if stepped is None else where_suspended(stepped)
+                    start = (
+                        None
+                        if stepped is None
+                        else suspension_of(stepped, LIBRARY_FILES, judge_file, True)
+                    )
                 if instruments is not None:
                     info = self._before(entry, handle, stepped)
             if debug:
@@ -119,3 +135,38 @@ class Observer:
         if task is not None:
             self._tasks.before_step(task)
         return info
+
+
+class TimedSteps:
+    """What the core reads to time a window's callbacks itself
+    (``CoreLoop._run_ready_timed``): the loop's ``_observe`` and ``_timed``
+    while timing is all that is watched."""
+
+    __slots__ = (
+        "_loop",
+        "task_step",
+        "task_wakeup",
+        "task_of",
+        "record",
+        "library_files",
+        "judge_file",
+        "until",
+    )
+
+    def __init__(self, loop: Any, recorder: Any) -> None:
+        self._loop = loop
+        # The functions of snakeloop's plain step entries, (Task._step, task,
+        # context) and (task._wakeup, future, context), told without a call;
+        # any other entry is asked of task_of.
+        self.task_step = SNAKE_TASK_STEP
+        self.task_wakeup = SNAKE_TASK_WAKEUP
+        self.task_of = task_stepped_in
+        self.record = recorder.record
+        self.library_files = LIBRARY_FILES
+        self.judge_file = judge_file
+        # Loop time at which the window closes (inf in "exact" mode).
+        self.until = recorder.timing_until()
+
+    def window_over(self) -> None:
+        """The core read its clock at or past ``until``."""
+        self._loop._update_observer()

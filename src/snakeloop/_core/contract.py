@@ -352,7 +352,8 @@ class LoopContract(Protocol):
     """The slow-callback records and timing window (``metrics.recorder``), or None."""
 
     def _update_observer(self) -> None:
-        """Set or clear ``_observe`` after debug mode, instruments or timing changed."""
+        """Set or clear ``_observe`` (and ``_timed``) after debug mode, instruments or
+        timing changed."""
         ...
 
     def _emit_slow_callback(self, record: Any) -> None:

@@ -103,6 +103,7 @@ cdef class CoreLoop:
     cdef public object _threadsafe_inbox
     cdef public LoopCounters _counters
     cdef public object _observe
+    cdef public object _timed
     cdef public object _on_slow_stretch
     cdef public object slow_callback_duration
     cdef public object _direct_task_class
@@ -147,6 +148,9 @@ cdef class CoreLoop:
     @cython.locals(handle=Handle)
     cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object ready) except -1
 
+    @cython.locals(c_clock=cython.bint, slow=double, t=double, t0=double)
+    cpdef Py_ssize_t _run_ready_timed(self, Py_ssize_t ntodo, object ready, object watcher) except -1
+
     @cython.locals(scheduled=list, timer=TimerHandle)
     cdef _queue_due_timers(self, double end_time)
 
@@ -171,6 +175,14 @@ cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop 
 
 
 cdef inline _run_live_handle(Handle handle)
+
+cdef inline bint _in_library(object filename, dict library_files, object judge) except -1
+
+@cython.locals(chain=list, depth=Py_ssize_t)
+cpdef list suspension_of(object task, dict library_files, object judge, bint before_step=*)
+cdef object _CoroutineType, _GeneratorType, _MethodType
+cdef Py_ssize_t _MAX_SUSPENSION_DEPTH
+cdef bint _TELLS_SUSPENDED
 
 cdef Py_ssize_t _STRETCH_CALLBACKS
 cdef double _COARSE_STEP

@@ -34,7 +34,9 @@ One iteration (``_run_once``) is:
    before the poll, the I/O callbacks of step 3 are kept in a list and run
    first, then the deque's timers: the same order, without the deque.)
    When ``_observe`` is set (debug mode, instruments, a metrics timing
-   window), it runs this step instead, one watched callback at a time.
+   window), it runs this step instead, one watched callback at a time; when
+   ``_timed`` is set too (a timing window and nothing else), the core runs
+   it, timing each callback (``_run_ready_timed``).
 
 Interpreted, the heap holds deadlines only (floats: compared in C by heapq,
 and invisible to the garbage collector); ``_timers`` maps each deadline to
@@ -95,6 +97,7 @@ import collections
 import heapq
 import logging
 import threading
+import types
 from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any
@@ -464,6 +467,94 @@ def _as_handle(loop: Any, entry: Any) -> Handle:
     return entry
 
 
+# The chain a suspended task is followed down (see suspension_of): native
+# coroutines and generator-based ones, by their exact types first.
+_CoroutineType = types.CoroutineType
+_GeneratorType = types.GeneratorType
+_MethodType = types.MethodType
+# A chain is a few levels deep; a cycle or an endless chain of custom awaitables
+# stops here.
+_MAX_SUSPENSION_DEPTH = 64
+# Whether a coroutine tells it is suspended (3.11+; maybe not elsewhere).
+_TELLS_SUSPENDED = hasattr(_CoroutineType, "cr_suspended")
+
+
+def _in_library(filename: str, library_files: dict[str, bool], judge: Any) -> bool:
+    verdict = library_files.get(filename)
+    if verdict is None:
+        verdict = judge(filename)
+    return bool(verdict)
+
+
+def suspension_of(
+    task: Any, library_files: dict[str, bool], judge: Any, before_step: bool = False
+) -> list[Any] | None:
+    """Where ``task`` is suspended, cheaply: ``[frame, lasti, frame, lasti, ...]``
+    from its coroutine down what it awaits, outermost first, each frame with
+    its instruction offset; None when nothing is suspended (finished, or no
+    frame to read).
+
+    The chain stops above the first coroutine below the task's own whose
+    file is a library's (asyncio's, snakeloop's): ``library_files`` maps the
+    files seen to that verdict, and ``judge(filename)`` gives it for a new
+    one (and adds it).  The innermost frame left is the task's own code where
+    it waits.  A library's frames are not even read: reading ``cr_frame``
+    makes a frame object.
+
+    Taken before every step that a metrics timing window times
+    (``before_step``: a coroutine that is not suspended then has not started;
+    it stands as its code with offset -1, its frame unread), so it keeps
+    offsets, not lines: they stay true after the step moves the frames on,
+    and a line is looked up (``snakeloop._insight.steps.place_of``) only for
+    a step that proved slow.
+    """
+    try:
+        obj = task.get_coro()
+    except Exception:
+        return None
+    chain: list[Any] = []
+    depth = 0
+    while obj is not None and depth < _MAX_SUSPENSION_DEPTH:
+        kind = type(obj)
+        if kind is _CoroutineType:
+            if depth:
+                if _in_library(obj.cr_code.co_filename, library_files, judge):
+                    break
+            elif _TELLS_SUSPENDED and not obj.cr_suspended and not obj.cr_running:
+                # The task's coroutine has not started (or is over): its frame
+                # is not read, which would make a frame object per new task.
+                if before_step:
+                    chain.append(obj.cr_code)
+                    chain.append(-1)
+                break
+            frame = obj.cr_frame
+            obj = obj.cr_await
+        elif kind is _GeneratorType:
+            if depth and _in_library(obj.gi_code.co_filename, library_files, judge):
+                break
+            frame = obj.gi_frame
+            obj = obj.gi_yieldfrom
+        else:
+            # Another coroutine-like type (a compiled or a custom one), read
+            # the way asyncio's stack helpers read it.
+            frame = getattr(obj, "cr_frame", None)
+            if frame is not None:
+                obj = getattr(obj, "cr_await", None)
+            else:
+                frame = getattr(obj, "gi_frame", None)
+                obj = getattr(obj, "gi_yieldfrom", None)
+            if frame is None:
+                break
+            if depth and _in_library(frame.f_code.co_filename, library_files, judge):
+                break
+        if frame is None:
+            break
+        chain.append(frame)
+        chain.append(frame.f_lasti)
+        depth += 1
+    return chain or None
+
+
 def format_handle(handle: Handle) -> str:
     """How asyncio names a handle in the slow-callback warning."""
     cb = handle._callback
@@ -509,6 +600,7 @@ class CoreLoop:
         "_threadsafe_inbox",
         "_counters",
         "_observe",
+        "_timed",
         "_on_slow_stretch",
         "slow_callback_duration",
         "_direct_task_class",
@@ -580,6 +672,7 @@ class CoreLoop:
         # None, or what runs step 5 callback by callback (debug mode,
         # instruments, a metrics timing window: snakeloop.observing).
         self._observe = None
+        self._timed = None
         self.slow_callback_duration = 0.1
         # See the compiled create_task and create_future: the full loop sets them.
         self._direct_task_class = None
@@ -1335,7 +1428,10 @@ class CoreLoop:
                     # Debug mode, instruments or a metrics timing window:
                     # every callback through the observer (snakeloop.observing).
                     handle = None
-                    self._observe.run_ready(ntodo)
+                    if self._timed is not None:
+                        self._run_ready_timed(ntodo, ready, self._timed)
+                    else:
+                        self._observe.run_ready(ntodo)
                     ntodo = 0
                 elif batch:
                     # The I/O callbacks first; then the deque's callbacks, which
@@ -1465,6 +1561,77 @@ class CoreLoop:
                 raise
             except BaseException as exc:
                 _as_handle(self, entry)._report(exc)
+        return 0
+
+    def _run_ready_timed(self, ntodo, ready, watcher):
+        """Step 5 in a metrics timing window (or ``"exact"`` mode): run the
+        first ``ntodo`` entries of the ready queue, timing each, and hand a
+        slow one to ``watcher.record(entry, duration, task, start)``.
+
+        Before a task's step, ``suspension_of`` takes where the task stands,
+        so that a slow step is named with the lines it ran between.  Nothing
+        else per callback: no Handle for a plain entry, one clock read (in C,
+        compiled) after each, and lines looked up for a slow step only.
+        ``watcher`` (``snakeloop.observing.TimedSteps``) also gives:
+
+        - ``task_step`` and ``task_wakeup``, the functions of snakeloop's
+          plain step and wakeup entries (told here without a call);
+        - ``task_of(entry)``, the task any other entry steps, or None;
+        - ``library_files`` and ``judge_file``, for ``suspension_of``;
+        - ``until``, the time at which the window closes: the first clock
+          read at or past it calls ``watcher.window_over()``.
+
+        The clock is the loop's (virtual under a VirtualClock), read in C
+        when it is the real one.
+        """
+        task_step = watcher.task_step
+        task_wakeup = watcher.task_wakeup
+        task_of = watcher.task_of
+        record = watcher.record
+        library_files = watcher.library_files
+        judge = watcher.judge_file
+        slow = self.slow_callback_duration
+        now = self._now
+        c_clock = cython.compiled and C_MONOTONIC and now is _monotonic
+        t = monotonic_seconds() if c_clock else now()
+        while ntodo:
+            ntodo -= 1
+            entry = ready[0]
+            # A plain step or wakeup entry is told here, any other by a call.
+            if type(entry) is tuple:
+                callback = entry[0]
+                if callback is task_step:
+                    task = entry[1]
+                elif type(callback) is _MethodType and callback.__func__ is task_wakeup:
+                    task = callback.__self__
+                else:
+                    task = task_of(entry)
+            else:
+                task = task_of(entry)
+            start = None if task is None else suspension_of(task, library_files, judge, True)
+            if cython.compiled:
+                self._run_ready(1, ready)
+            else:
+                # A plain entry runs as it is; a Handle is built for it only
+                # to report an error.
+                ready.popleft()
+                try:
+                    if entry.__class__ is tuple:
+                        entry[2].run(entry[0], entry[1])
+                    elif not entry._cancelled:
+                        entry._context.run(entry._callback, *entry._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    _as_handle(self, entry)._report(exc)
+            t0 = t
+            t = monotonic_seconds() if c_clock else now()
+            if t - t0 >= slow:
+                record(entry, t - t0, task, start)
+        # A traceback that passes through this frame keeps its locals alive.
+        entry = task = start = callback = None
+        if t >= watcher.until:
+            watcher.window_over()
         return 0
 
     def _queue_due_timers(self, end_time):

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import os
 from asyncio import tasks as aio_tasks
+from types import FrameType
 from typing import Any
 
 from .._core.futures import Task as _SnakeTask
-from .frames import _STDLIB, await_chain, short_path
+from .._core.runloop import suspension_of
+from .frames import _STDLIB, short_path
 
 _STEP_FUNCTIONS = frozenset(
     {
@@ -32,7 +34,11 @@ _STEP_FUNCTIONS = frozenset(
         aio_tasks._PyTask._Task__wakeup,  # type: ignore[attr-defined]
     }
 )
-_SNAKE_STEP = _SnakeTask._step
+# The callback of a plain step entry, (SNAKE_TASK_STEP, task, context), and
+# the function of the bound method in a wakeup entry, (task._wakeup, future,
+# context).
+SNAKE_TASK_STEP = _SnakeTask._step
+SNAKE_TASK_WAKEUP = _SnakeTask._wakeup
 _ASYNCIO_DIR = os.path.dirname(aio_tasks.__file__) + os.sep
 _SNAKELOOP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY_DIRS = (_STDLIB + os.sep, _SNAKELOOP_DIR)
@@ -54,7 +60,7 @@ def task_stepped_in(entry: Any) -> Any:
 
 def task_stepped_by(callback: Any, args: Any = ()) -> Any:
     """The task ``callback(*args)`` takes a step of, or None."""
-    if callback is _SNAKE_STEP:
+    if callback is SNAKE_TASK_STEP:
         return args[0] if args else None
     owner = getattr(callback, "__self__", None)
     if owner is None:
@@ -68,6 +74,16 @@ def task_stepped_by(callback: Any, args: Any = ()) -> Any:
     return None
 
 
+# Whether a source file is asyncio's or snakeloop's, learnt once per file by
+# judge_file: what suspension_of reads to stop at library code.
+LIBRARY_FILES: dict[str, bool] = {}
+
+
+def judge_file(filename: str) -> bool:
+    verdict = LIBRARY_FILES[filename] = filename.startswith((_ASYNCIO_DIR, _SNAKELOOP_DIR))
+    return verdict
+
+
 def where_suspended(task: Any) -> tuple[str, int] | None:
     """``(file, line)`` of the innermost code of the task's own where it waits.
 
@@ -75,19 +91,31 @@ def where_suspended(task: Any) -> tuple[str, int] | None:
     asyncio.sleep(1)`` stands at the line of that await, not in ``sleep``.
     None when the task has no suspended frame (finished, or not started).
     """
-    try:
-        coro = task.get_coro()
-    except Exception:
+    return place_of(suspension_of(task, LIBRARY_FILES, judge_file))
+
+
+def place_of(suspension: list[Any] | None) -> tuple[str, int] | None:
+    """``(file, line)`` that a ``suspension_of`` reading stands for, as
+    ``where_suspended`` gives it, even after the frames have moved on: the
+    innermost frame of the reading (a code object for a coroutine that had
+    not started)."""
+    if not suspension:
         return None
-    if coro is None:
-        return None
-    place = None
-    for frame in await_chain(coro):
-        filename = frame.f_code.co_filename
-        if place is not None and filename.startswith((_ASYNCIO_DIR, _SNAKELOOP_DIR)):
-            break
-        place = (filename, frame.f_lineno or frame.f_code.co_firstlineno)
-    return place
+    where = suspension[-2]
+    code = where.f_code if isinstance(where, FrameType) else where
+    return (code.co_filename, _line_at(code, suspension[-1]))
+
+
+def _line_at(code: Any, lasti: int) -> int:
+    """The line of the instruction at byte offset ``lasti``: the frame's
+    ``f_lineno`` when it stood there; the first line for a coroutine not
+    started (-1)."""
+    if lasti < 0:
+        return code.co_firstlineno  # type: ignore[no-any-return]
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line or code.co_firstlineno  # type: ignore[no-any-return]
+    return code.co_firstlineno  # type: ignore[no-any-return]
 
 
 def user_frame(frame: Any) -> Any:

@@ -102,6 +102,10 @@ class MetricsRecorder:
             self._window_until = now + WINDOW
             loop._update_observer()
 
+    def timing_until(self) -> float:
+        """The loop time at which the timing window closes (inf in ``"exact"`` mode)."""
+        return float("inf") if self.exact else self._window_until
+
     def window_closed(self, now: float) -> bool:
         return not self.exact and now >= self._window_until
 
@@ -139,10 +143,14 @@ class MetricsRecorder:
         return record
 
     def record(self, entry: Any, duration: float, task: Any, start: Any) -> SlowCallback:
+        """Record a slow callback: ``entry`` as the ready queue held it, the
+        ``task`` it stepped (or None) and ``start``, where that task stood
+        before the step (a ``suspension_of`` reading)."""
         from .._insight.steps import (
             callback_label,
             callback_of,
             coro_qualname,
+            place_of,
             place_text,
             where_suspended,
         )
@@ -160,7 +168,7 @@ class MetricsRecorder:
             qualname = coro_qualname(task)
             # None once the step finished the task: its frame is gone.
             end = where_suspended(task)
-            segment = f"{place_text(start)} → {place_text(end)}"
+            segment = f"{place_text(place_of(start))} → {place_text(end)}"
             label = f"step of {name!r}" if name else "task step"
         record = SlowCallback(
             duration=duration,
