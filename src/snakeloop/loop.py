@@ -652,7 +652,8 @@ class Loop(
         elif timing is not None:
             from .observing import TimedSteps
 
-            self._observe = self._timed = TimedSteps(self, timing)
+            self._observe = TimedSteps(self, timing)
+            self._timed = self._observe.fields()
         else:
             self._observe = None
 

@@ -139,34 +139,27 @@ class Observer:
 
 class TimedSteps:
     """What the core reads to time a window's callbacks itself
-    (``CoreLoop._run_ready_timed``): the loop's ``_observe`` and ``_timed``
-    while timing is all that is watched."""
+    (``CoreLoop._run_ready_timed``), while timing is all that is watched:
+    the loop's ``_observe`` is this, and its ``_timed`` is ``fields()``."""
 
-    __slots__ = (
-        "_loop",
-        "task_step",
-        "task_wakeup",
-        "task_of",
-        "record",
-        "library_files",
-        "judge_file",
-        "until",
-    )
+    __slots__ = ("_fields",)
 
     def __init__(self, loop: Any, recorder: Any) -> None:
-        self._loop = loop
-        # The functions of snakeloop's plain step entries, (Task._step, task,
-        # context) and (task._wakeup, future, context), told without a call;
-        # any other entry is asked of task_of.
-        self.task_step = SNAKE_TASK_STEP
-        self.task_wakeup = SNAKE_TASK_WAKEUP
-        self.task_of = task_stepped_in
-        self.record = recorder.record
-        self.library_files = LIBRARY_FILES
-        self.judge_file = judge_file
-        # Loop time at which the window closes (inf in "exact" mode).
-        self.until = recorder.timing_until()
+        self._fields = (
+            # The functions of snakeloop's plain step entries, (Task._step,
+            # task, context) and (task._wakeup, future, context), told
+            # without a call; any other entry is asked of task_stepped_in.
+            SNAKE_TASK_STEP,
+            SNAKE_TASK_WAKEUP,
+            task_stepped_in,
+            recorder.record,
+            LIBRARY_FILES,
+            judge_file,
+            # Loop time at which the window closes (inf in "exact" mode).
+            recorder.timing_until(),
+            # Called at the first clock read past that time.
+            loop._update_observer,
+        )
 
-    def window_over(self) -> None:
-        """The core read its clock at or past ``until``."""
-        self._loop._update_observer()
+    def fields(self) -> tuple[Any, ...]:
+        return self._fields

@@ -148,8 +148,8 @@ cdef class CoreLoop:
     @cython.locals(handle=Handle)
     cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object ready) except -1
 
-    @cython.locals(c_clock=cython.bint, slow=double, t=double, t0=double)
-    cpdef Py_ssize_t _run_ready_timed(self, Py_ssize_t ntodo, object ready, object watcher) except -1
+    @cython.locals(c_clock=cython.bint, slow=double, t=double, t0=double, until=double, handle=Handle)
+    cpdef Py_ssize_t _run_ready_timed(self, Py_ssize_t ntodo, object ready, tuple timed) except -1
 
     @cython.locals(scheduled=list, timer=TimerHandle)
     cdef _queue_due_timers(self, double end_time)
@@ -180,7 +180,7 @@ cdef inline bint _in_library(object filename, dict library_files, object judge) 
 
 @cython.locals(chain=list, depth=Py_ssize_t)
 cpdef list suspension_of(object task, dict library_files, object judge, bint before_step=*)
-cdef object _CoroutineType, _GeneratorType, _MethodType
+cdef object _CoroutineType, _GeneratorType, _MethodType, _FunctionType
 cdef Py_ssize_t _MAX_SUSPENSION_DEPTH
 cdef bint _TELLS_SUSPENDED
 

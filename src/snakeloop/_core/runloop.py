@@ -472,6 +472,7 @@ def _as_handle(loop: Any, entry: Any) -> Handle:
 _CoroutineType = types.CoroutineType
 _GeneratorType = types.GeneratorType
 _MethodType = types.MethodType
+_FunctionType = types.FunctionType
 # A chain is a few levels deep; a cycle or an endless chain of custom awaitables
 # stops here.
 _MAX_SUSPENSION_DEPTH = 64
@@ -1563,33 +1564,39 @@ class CoreLoop:
                 _as_handle(self, entry)._report(exc)
         return 0
 
-    def _run_ready_timed(self, ntodo, ready, watcher):
+    def _run_ready_timed(self, ntodo, ready, timed):
         """Step 5 in a metrics timing window (or ``"exact"`` mode): run the
-        first ``ntodo`` entries of the ready queue, timing each, and hand a
-        slow one to ``watcher.record(entry, duration, task, start)``.
+        first ``ntodo`` entries of the ready queue, timing each, and record a
+        slow one.
 
         Before a task's step, ``suspension_of`` takes where the task stands,
         so that a slow step is named with the lines it ran between.  Nothing
         else per callback: no Handle for a plain entry, one clock read (in C,
         compiled) after each, and lines looked up for a slow step only.
-        ``watcher`` (``snakeloop.observing.TimedSteps``) also gives:
+        ``timed`` (``snakeloop.observing.TimedSteps.fields()``, a tuple:
+        unpacking it costs an iteration less than reading attributes) holds:
 
         - ``task_step`` and ``task_wakeup``, the functions of snakeloop's
           plain step and wakeup entries (told here without a call);
         - ``task_of(entry)``, the task any other entry steps, or None;
+        - ``record(entry, duration, task, start)``, for a slow callback;
         - ``library_files`` and ``judge_file``, for ``suspension_of``;
-        - ``until``, the time at which the window closes: the first clock
-          read at or past it calls ``watcher.window_over()``.
+        - ``until``, the time at which the window closes, and
+          ``window_over()``, called at the first clock read at or past it.
 
         The clock is the loop's (virtual under a VirtualClock), read in C
         when it is the real one.
         """
-        task_step = watcher.task_step
-        task_wakeup = watcher.task_wakeup
-        task_of = watcher.task_of
-        record = watcher.record
-        library_files = watcher.library_files
-        judge = watcher.judge_file
+        (
+            task_step,
+            task_wakeup,
+            task_of,
+            record,
+            library_files,
+            judge,
+            until,
+            window_over,
+        ) = timed
         slow = self.slow_callback_duration
         now = self._now
         c_clock = cython.compiled and C_MONOTONIC and now is _monotonic
@@ -1597,13 +1604,23 @@ class CoreLoop:
         while ntodo:
             ntodo -= 1
             entry = ready[0]
-            # A plain step or wakeup entry is told here, any other by a call.
+            # snakeloop's steps and wakeups, and callbacks that are plain
+            # functions (no task's step), are told here; others by a call.
             if type(entry) is tuple:
                 callback = entry[0]
                 if callback is task_step:
                     task = entry[1]
                 elif type(callback) is _MethodType and callback.__func__ is task_wakeup:
                     task = callback.__self__
+                else:
+                    task = task_of(entry)
+            elif isinstance(entry, Handle):
+                handle = entry
+                callback = handle._callback
+                if callback is task_step:
+                    task = handle._args[0] if handle._args else None
+                elif type(callback) is _FunctionType:
+                    task = None
                 else:
                     task = task_of(entry)
             else:
@@ -1629,9 +1646,9 @@ class CoreLoop:
             if t - t0 >= slow:
                 record(entry, t - t0, task, start)
         # A traceback that passes through this frame keeps its locals alive.
-        entry = task = start = callback = None
-        if t >= watcher.until:
-            watcher.window_over()
+        entry = task = start = callback = handle = None
+        if t >= until:
+            window_over()
         return 0
 
     def _queue_due_timers(self, end_time):
