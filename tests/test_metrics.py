@@ -518,6 +518,23 @@ def test_the_timing_window_closes_after_its_time():
         loop.close()
 
 
+def test_a_running_loop_stops_timing_once_the_window_is_over():
+    # The window closes at the first clock read past its end, taken by the
+    # core's timed step (CoreLoop._run_ready_timed).
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop._metrics_recorder.on_slow_stretch(0.5)
+        opened = loop._observe is not None
+        await asyncio.sleep(WINDOW / 2)
+        halfway = loop._observe is not None
+        await asyncio.sleep(WINDOW / 2)
+        await asyncio.sleep(0)
+        return opened, halfway, loop._observe is not None
+
+    (opened, halfway, after), _ = run_then_read(main, clock=VirtualClock())
+    assert (opened, halfway, after) == (True, True, False)
+
+
 # -- modes and exporters --------------------------------------------------------------------
 
 
