@@ -16,8 +16,8 @@ also:
 ``Loop._update_observer`` sets ``_observe`` to an Observer when any of
 these is wanted and back to None when none is, so the production
 iteration pays one attribute test for all of them.  When timing is all
-that is wanted, it sets ``_observe`` and ``_timed`` to a ``TimedSteps``
-instead, and the core runs the step itself (``CoreLoop._run_ready_timed``,
+that is wanted, it sets ``_observe`` to a ``TimedSteps`` instead, and
+``_timed`` to its fields, and the core runs the step itself (``CoreLoop._run_ready_timed``,
 in C when compiled): a clock read per callback and a cheap reading of
 where each task stands, so that the window a slow stretch opens costs the
 loop little for the window's length.
