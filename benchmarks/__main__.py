@@ -141,14 +141,17 @@ def measure(function, factory, scale):
 
 
 class LoopWorker:
-    """One loop's measurements, in a process of its own forked from the runner.
+    """One loop's measurements of one workload, in a process of its own forked
+    from the runner.
 
-    Each loop keeps its own heap: objects one loop leaves behind would
-    otherwise make every later garbage collection slower for all of them.
-    (rloop 0.5.0 keeps about 270k objects per timer-churn run; in one process,
-    gather and async_tree then ran at under half their rate on every loop,
-    and the loop that spends the least outside the collector lost the most.)
-    The runner still interleaves the loops round by round.
+    Each loop keeps its own heap, and each workload starts from the runner's:
+    objects one loop leaves behind would otherwise make every later garbage
+    collection slower, for all loops in one process, or for that loop's later
+    workloads in one process per loop.  (rloop 0.5.0 keeps about 270k objects
+    per timer-churn run; in one process, gather and async_tree then ran at
+    under half their rate on every loop, and the loop that spends the least
+    outside the collector lost the most.)  The runner still interleaves the
+    loops round by round.
     """
 
     def __init__(self, label, factory):
@@ -324,16 +327,16 @@ def main(argv=None):
 
     started = time.perf_counter()
     summary, samples, errors = {}, {}, 0
-    workers = [LoopWorker(label, factory) for label, factory in loops]
-    try:
-        for name, title, unit, _ in chosen:
+    for name, title, unit, _ in chosen:
+        workers = [LoopWorker(label, factory) for label, factory in loops]
+        try:
             results = run_workload(name, workers, repeat, scale)
-            samples[name] = results
-            errors += sum(isinstance(r, str) for r in results.values())
-            summary[name] = report(title, unit, results, repeat)
-    finally:
-        for worker in workers:
-            worker.close()
+        finally:
+            for worker in workers:
+                worker.close()
+        samples[name] = results
+        errors += sum(isinstance(r, str) for r in results.values())
+        summary[name] = report(title, unit, results, repeat)
 
     others = [label for label, _ in loops if label != "stdlib"]
     if others:
