@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from . import baseline, compiled, workloads
-from .workloads import WORKLOADS
+from .workloads import IDLE_TIMER_REFERENCE, IDLE_TIMER_ROWS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -220,24 +220,48 @@ def human(rate):
     return f"{rate:.1f}"
 
 
-def run_workload(name, workers, repeat, scale):
-    """{label: [rate, ...] or an error string}; the loop order rotates every round."""
+def run_workload(name, workers, repeat, scale, reference=None):
+    """({label: [rate, ...] or an error string}, {label: [share, ...]}).
+
+    The loop order rotates every round.  With a reference workload, each round
+    also measures it on the same worker right beside this one (before it in even
+    rounds, after it in odd ones), and the shares are this workload's rate over
+    the reference's, round by round.  A share of two medians taken seconds apart
+    reads the machine's drift between them too: a compiled chain sample lasts
+    25 ms, and a slow stretch of the machine that covers one row but not the other
+    read as 50-60% of the chain rate for a cost that callgrind puts at 2%.
+    """
     rates = {worker.label: [] for worker in workers}
+    shares = {worker.label: [] for worker in workers}
     failed = {}
     for worker in workers:  # warm-up, untimed
         try:
             worker.measure(name, scale * 0.2)
+            if reference:
+                worker.measure(reference, scale * 0.2)
         except WorkloadFailed as exc:  # report it and keep benchmarking the other loops
             failed[worker.label] = str(exc)
     for round_ in range(repeat):
         shift = round_ % len(workers)
         for worker in workers[shift:] + workers[:shift]:
-            if worker.label not in failed:
-                try:
-                    rates[worker.label].append(worker.measure(name, scale))
-                except WorkloadFailed as exc:
-                    failed[worker.label] = str(exc)
-    return {label: failed.get(label) or samples for label, samples in rates.items()}
+            if worker.label in failed:
+                continue
+            try:
+                if reference and round_ % 2:
+                    rate = worker.measure(name, scale)
+                    shares[worker.label].append(rate / worker.measure(reference, scale))
+                elif reference:
+                    base = worker.measure(reference, scale)
+                    rate = worker.measure(name, scale)
+                    shares[worker.label].append(rate / base)
+                else:
+                    rate = worker.measure(name, scale)
+                rates[worker.label].append(rate)
+            except WorkloadFailed as exc:
+                failed[worker.label] = str(exc)
+    return {label: failed.get(label) or samples for label, samples in rates.items()}, {
+        label: samples for label, samples in shares.items() if samples and label not in failed
+    }
 
 
 def report(title, unit, results, repeat):
@@ -326,11 +350,12 @@ def main(argv=None):
         print(f"  {note}")
 
     started = time.perf_counter()
-    summary, samples, errors = {}, {}, 0
+    summary, samples, shares, errors = {}, {}, {}, 0
     for name, title, unit, _ in chosen:
+        reference = IDLE_TIMER_REFERENCE if name in IDLE_TIMER_ROWS else None
         workers = [LoopWorker(label, factory) for label, factory in loops]
         try:
-            results = run_workload(name, workers, repeat, scale)
+            results, shares[name] = run_workload(name, workers, repeat, scale, reference)
         finally:
             for worker in workers:
                 worker.close()
@@ -353,15 +378,18 @@ def main(argv=None):
         if len(summary) > 1:
             cells = "".join(f"{geomean_ratio(summary, label):>11}" for label in others)
             print(f"  {'geomean':<10}{cells}")
-    idle_rows = [name for name in summary if name.startswith("chain+") and "chain" in summary]
+    idle_rows = [name for name in summary if shares.get(name)]
     if idle_rows:
-        print("\nchain with idle timers pending, as a share of the same loop's chain rate:")
+        print(
+            "\nchain with idle timers pending, as a share of the same loop's chain rate"
+            " (median of the rounds' shares, each against a chain sample taken beside it):"
+        )
         labels = [label for label, _ in loops]
         print(f"  {'workload':<10}" + "".join(f"{label:>11}" for label in labels))
         for name in idle_rows:
             cells = "".join(
-                f"{summary[name][label] / summary['chain'][label]:>10.0%} "
-                if label in summary[name] and label in summary["chain"]
+                f"{statistics.median(shares[name][label]):>10.0%} "
+                if label in shares[name]
                 else f"{'-':>11}"
                 for label in labels
             )
@@ -380,6 +408,7 @@ def main(argv=None):
             "scale": scale,
             "clock": "thread_time" if args.cpu_time else "perf_counter",
             "rates": samples,
+            "idle_timer_shares": {name: by_loop for name, by_loop in shares.items() if by_loop},
         }
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     return 1 if errors else 0

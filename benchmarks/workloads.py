@@ -231,3 +231,8 @@ WORKLOADS = [
         _chain_with_idle_timers(100_000),
     ),
 ]
+
+# The idle-timer rows are read as a share of the chain row's rate on the same loop;
+# the runner measures a chain sample beside each of their samples.
+IDLE_TIMER_REFERENCE = "chain"
+IDLE_TIMER_ROWS = ("chain+1k", "chain+10k", "chain+100k")
