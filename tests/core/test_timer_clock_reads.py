@@ -10,6 +10,7 @@ change and what it may not:
   asyncio;
 - a far timer fires at most a few iterations (``_COARSE_SKIPS``, 7) after that;
 - a timer set while the loop skips its reads is looked at in the next iteration;
+- a wait for a timer ends the skips, so the timer fires when the wait ends;
 - a slow stretch with a timer pending is seen once, and quick iterations are never one.
 
 Timers are set in real time here: a fake clock would take the compiled build off the C
@@ -105,6 +106,59 @@ def test_a_far_timer_fires_a_few_iterations_after_it_is_due_at_most():
     # its clock every iteration.
     with loop_ctx("snakeloop") as loop:
         assert _chain_until_timer(loop, 1.2) <= NEXT_ITERATION + SKIPPED_READS
+
+
+def _polls_between_chain_end_and_timer(loop, chain_length, delay):
+    """Polls from the end of a call_soon chain to a timer ``delay`` seconds away running."""
+    poll = loop._poll
+    polls = 0
+    at_chain_end = None
+    after = None
+    remaining = chain_length
+
+    def counted_poll(timeout):
+        nonlocal polls
+        polls += 1
+        return poll(timeout)
+
+    def fire():
+        nonlocal after
+        after = polls - at_chain_end
+        loop.stop()
+
+    def step():
+        nonlocal remaining, at_chain_end
+        remaining -= 1
+        if remaining:
+            loop.call_soon(step)
+        else:
+            at_chain_end = polls
+
+    loop._poll = counted_poll
+    try:
+        loop.call_later(delay, fire)
+        loop.call_soon(step)
+        loop.run_forever()
+    finally:
+        loop._poll = poll
+    return after
+
+
+@pytest.mark.slow
+def test_after_a_wait_a_due_timer_fires_in_the_iteration_the_wait_ends():
+    # A quick chain with every timer over a second away lets a compiled loop
+    # skip its clock reads; the chain then ends, and the loop waits for the
+    # timer.  The wait ends when it is due, so it fires after that one poll.
+    # Skips left over from before the wait would hold it back for one more
+    # poll at least (one that does not wait).  1.1 s: past the second of
+    # headroom that allows the skips.
+    with loop_ctx("snakeloop") as loop:
+        far = loop.call_later(3600, lambda: None)
+        try:
+            polls = [_polls_between_chain_end_and_timer(loop, n, 1.1) for n in (5_001, 5_006)]
+        finally:
+            far.cancel()
+    assert polls == [1, 1]
 
 
 def _spin(seconds):

@@ -12,6 +12,7 @@ modules use are here.
 from typing import TypeVar
 
 _C = TypeVar("_C", bound=type)
+_V = TypeVar("_V")
 
 compiled = False
 
@@ -28,6 +29,21 @@ def _unchanged(function: object) -> object:
 def freelist(size: int) -> object:
     """``@cython.freelist(size)`` on a class: compiled, freed instances are kept; here, nothing."""
     return _unchanged
+
+
+def boundscheck(check: bool) -> object:
+    """``@cython.boundscheck(False)``: compiled, indexing skips its range check; here, nothing."""
+    return _unchanged
+
+
+def wraparound(wrap: bool) -> object:
+    """``@cython.wraparound(False)``: compiled, no negative indexes; here, nothing."""
+    return _unchanged
+
+
+def cast(type_: object, value: _V, typecheck: bool = True) -> _V:
+    """``cython.cast(Type, value)``: compiled, a C cast; here, the value itself."""
+    return value
 
 
 def cclass(cls: _C) -> _C:

@@ -123,6 +123,7 @@ cdef class CoreLoop:
         may_skip=cython.bint,
         skip_poll=cython.bint,
         coarse_skip=Py_ssize_t,
+        skip_seq=cython.longlong,
         coarse_floor=double,
         last_read=double,
         flushed_at=double,
@@ -198,7 +199,7 @@ cdef double _deadline_of(object when) except? -1.0
 cdef inline bint _earlier(TimerHandle a, TimerHandle b) except -1
 
 @cython.locals(timer=TimerHandle)
-cdef inline double _first_deadline(list scheduled) except? -1.0
+cdef inline double _first_deadline(list scheduled) noexcept
 
 cdef _heappush(list heap, TimerHandle item)
 
