@@ -172,6 +172,11 @@ def serve_loop(loop_name, kind, family, address):
 
     try:
         loop.run_until_complete(main())
+        metrics = getattr(loop, "metrics", None)
+        if metrics is not None:
+            # A slow stretch opens a timing window: every callback is then timed
+            # for 10 s, which this server pays and no other loop's does.
+            print(f"slow {metrics().slow_iterations}", flush=True)
     finally:
         loop.close()
 
@@ -322,11 +327,14 @@ def measure(loop_name, workload, seconds, placement):
         for s in socks:
             s.close()
         os.sched_setaffinity(0, mask)
-        proc.stdin.close()
-        proc.wait(timeout=10)
+        # Closing its stdin stops the server; it then prints what it saw.
+        tail = proc.communicate(timeout=10)[0].split()
         if tmp is not None:
             tmp.cleanup()
-    return {"rate": count / wall, "cpu_us": cpu / 1000 / max(count, 1)}
+    result = {"rate": count / wall, "cpu_us": cpu / 1000 / max(count, 1)}
+    if tail[:1] == ["slow"]:
+        result["slow_stretches"] = int(tail[1])
+    return result
 
 
 # -- driver --------------------------------------------------------------------------
@@ -455,6 +463,17 @@ def main(argv=None):
             row += f"{ratio(cpu['no-metrics'], cpu['snakeloop']):>10}"
         row += f"{rate:>12.0f}"
         print(row, flush=True)
+        slowed = {
+            name: sum(r.get("slow_stretches", 0) > 0 for r in rs)
+            for name, rs in runs.items()
+            if any(r.get("slow_stretches", 0) for r in rs)
+        }
+        if slowed:
+            print(
+                "#   a slow stretch (and a timing window) in "
+                + ", ".join(f"{n} of {name}'s {rounds} runs" for name, n in slowed.items()),
+                flush=True,
+            )
     speedups = {}  # loop -> [stdlib's CPU per request / the loop's, per workload]
     for runs in samples.values():
         base = statistics.median(r["cpu_us"] for r in runs["stdlib"])
