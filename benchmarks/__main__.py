@@ -227,9 +227,9 @@ def run_workload(name, workers, repeat, scale, reference=None):
     also measures it on the same worker right beside this one (before it in even
     rounds, after it in odd ones), and the shares are this workload's rate over
     the reference's, round by round.  A share of two medians taken seconds apart
-    reads the machine's drift between them too: a compiled chain sample lasts
-    25 ms, and a slow stretch of the machine that covers one row but not the other
-    read as 50-60% of the chain rate for a cost that callgrind puts at 2%.
+    also reads how the machine's speed moved between them (a compiled chain
+    sample lasts 25 ms): compiled chain+10k read 49-60% of the chain rate in some
+    full runs, for a cost that callgrind puts at 2%.
     """
     rates = {worker.label: [] for worker in workers}
     shares = {worker.label: [] for worker in workers}

@@ -1,4 +1,5 @@
 cimport cython
+from cpython.contextvars cimport PyContext_CopyCurrent
 # The compiled Future and Task (see futures.py): their fields, by asyncio's
 # names.  __dict__ takes attributes that user code sets, as asyncio's C
 # Future allows, and __weakref__ lets asyncio keep its tasks in a WeakSet.
@@ -70,6 +71,11 @@ cdef class Task(Future):
 # reads several.  Nothing outside this module reads them.
 cdef object _PENDING, _CANCELLED, _FINISHED
 cdef object _CancelledError, _InvalidStateError
-cdef object _copy_context, _register_task, _enter_task, _leave_task
-cdef object _task_name_counter, _OWN_CLASSES, _TASK_STEP
+cdef object _register_task, _enter_task, _leave_task
+cdef object _OWN_CLASSES, _TASK_STEP
+cdef unsigned long long _tasks_named
+
+cdef inline object _copy_context()
+
+cdef inline object _task_name_counter()
 cdef bint _PY312, _PY313

@@ -57,6 +57,7 @@ from .runloop import CoreLoop, plain_queue
 if not cython.compiled:
     # The C functions futures.pxd declares, for the compiled paths only.
     from .cythonshim import (
+        PyContext_CopyCurrent,
         coro_send,
         drop_empty_dict,
         is_native_coroutine,
@@ -123,7 +124,20 @@ _PY313 = sys.version_info >= (3, 13)
 
 _CancelledError = exceptions.CancelledError
 _InvalidStateError = exceptions.InvalidStateError
-_copy_context = contextvars.copy_context
+
+
+def _copy_context() -> Context:
+    """``contextvars.copy_context()``; compiled, the C API call, not a call of the function.
+
+    Interpreted, the name is the function itself (below).  A task takes a
+    copy when it is made, and a future for each done callback added without a
+    context: through the function, each cost about 90 more instructions.
+    """
+    return PyContext_CopyCurrent()  # type: ignore[return-value]  # the shim is untyped
+
+
+if not cython.compiled:
+    _copy_context = contextvars.copy_context  # noqa: F811
 
 # The registry of current and all tasks belongs to asyncio (C-accelerated),
 # so asyncio.current_task() and all_tasks() see snakeloop's tasks.
@@ -141,7 +155,22 @@ else:
     # Not in typeshed: the 3.11 helper that warns where get_event_loop() would.
     _default_loop = events._get_event_loop  # type: ignore[attr-defined]
 
-_task_name_counter = itertools.count(1).__next__
+_tasks_named = 0
+
+
+def _task_name_counter() -> int:
+    """The next task number, for the name "Task-N"; compiled, a C counter.
+
+    Interpreted, the name is an ``itertools.count`` method (below), which is
+    cheaper there than a function of its own.
+    """
+    global _tasks_named
+    _tasks_named += 1
+    return _tasks_named
+
+
+if not cython.compiled:
+    _task_name_counter = itertools.count(1).__next__  # noqa: F811
 
 
 def _schedule(loop, callback, arg, context):
