@@ -123,6 +123,7 @@ cdef class CoreLoop:
         may_skip=cython.bint,
         skip_poll=cython.bint,
         coarse_skip=Py_ssize_t,
+        skip_run=Py_ssize_t,
         skip_seq=cython.longlong,
         coarse_floor=double,
         last_read=double,
@@ -190,6 +191,7 @@ cdef double _COARSE_STEP
 cdef double _COARSE_TICKS_OF_MARGIN
 cdef double _COARSE_TICKS_PER_SLOW
 cdef Py_ssize_t _COARSE_SKIPS
+cdef Py_ssize_t _COARSE_SKIPS_MAX
 cdef double _COARSE_SKIP_HEADROOM
 
 @cython.locals(deadline=double)

@@ -174,17 +174,26 @@ _COARSE_STEP = coarse_step() if cython.compiled else 0.0
 _COARSE_TICKS_OF_MARGIN = 4.0
 _COARSE_TICKS_PER_SLOW = 10.0
 # After an iteration that took less than a tick (its coarse reading equals the
-# last one), the next _COARSE_SKIPS iterations read no clock at all while the
-# earliest timer is more than _COARSE_SKIP_HEADROOM seconds past that reading.
-# A timer can then fire late only if those few iterations take that long
-# together, and by their length only; the first read after the skips ends the
-# stretch that held them.  A skipped iteration reads the heap only if a timer
-# was set since the skips began (_timer_seq moved): with the heap's head read
-# every iteration, 10k idle timers cost the chain 48 instructions per
-# iteration of its 2,080, and 20 without (callgrind, 3.11), so 97-98% of its
-# rate (timed, paired rounds) where it was 94-96%.  A wait for a timer, or a
-# new slow_callback_duration, ends the skips.
+# last one), the next iterations read no clock at all while the earliest timer
+# is more than _COARSE_SKIP_HEADROOM seconds past that reading.  A timer can
+# then fire late only if those few iterations take that long together, and by
+# their length only; the first read after the skips ends the stretch that held
+# them, so a stretch is the callbacks between two reads.  The first run of
+# skips is _COARSE_SKIPS long; each run that follows an interval of under a
+# tick may be twice as long plus one, up to _COARSE_SKIPS_MAX, and a tick seen
+# to pass, a wait or a timer that may be due starts them short again.  Past the
+# first, a run is thus at most about twice the iterations just seen to take
+# under a tick: for it to be a slow stretch (at least _COARSE_TICKS_PER_SLOW
+# ticks) its iterations must be five times slower than those.  A coarse read
+# costs a busy loop far more time than its instructions say (likely a cold
+# vDSO): the call_soon chain with 1k idle timers ran at 91-95% of its rate with
+# a read every 8th iteration, 95-97% every 32nd, and 99% with none (compiled,
+# 3.13, timed in pairs).  A skipped iteration reads the heap only if a timer was set
+# since the skips began (_timer_seq moved): with the heap's head read every
+# iteration, 10k idle timers cost the chain 48 instructions per iteration of
+# its 2,080, and 20 without (callgrind, 3.11).
 _COARSE_SKIPS = 7
+_COARSE_SKIPS_MAX = 63
 _COARSE_SKIP_HEADROOM = 1.0
 _NAN = float("nan")
 _MAX_CANCELLED_FRACTION = 0.5
@@ -1098,6 +1107,7 @@ class CoreLoop:
         flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
         coarse_margin = _COARSE_TICKS_OF_MARGIN * _COARSE_STEP
         coarse_skip = 0
+        skip_run = _COARSE_SKIPS
         coarse_floor = 0.0
         skip_seq = 0
         coarse_ok = c_clock and 0.0 < _COARSE_TICKS_PER_SLOW * _COARSE_STEP <= slow
@@ -1193,12 +1203,14 @@ class CoreLoop:
                         coarse_ok = c_clock and 0.0 < _COARSE_TICKS_PER_SLOW * _COARSE_STEP <= slow
                         # The skips were allowed by the threshold just replaced.
                         coarse_skip = 0
+                        skip_run = _COARSE_SKIPS
                     if scheduled:
                         timeout = (_first_deadline(scheduled) if compiled else scheduled[0]) - t
                         if timeout > 0:
                             # The skips' floor was set from a reading that
                             # the wait leaves behind.
                             coarse_skip = 0
+                            skip_run = _COARSE_SKIPS
                             counters.wait_started = t
                             if timeout > MAXIMUM_POLL_TIMEOUT:
                                 timeout = MAXIMUM_POLL_TIMEOUT
@@ -1355,7 +1367,7 @@ class CoreLoop:
                             # timer set moves _timer_seq, and a cancel or a
                             # pop never brings the earliest deadline nearer.
                             coarse_skip -= 1
-                        elif coarse_ok and _first_deadline(scheduled) >= (
+                        elif coarse_ok and (deadline := _first_deadline(scheduled)) >= (
                             coarse_floor
                             if coarse_skip
                             else (coarse := coarse_seconds())
@@ -1371,28 +1383,33 @@ class CoreLoop:
                                 # A timer set during the skips, past the floor.
                                 coarse_skip -= 1
                                 skip_seq = self._timer_seq
+                            elif coarse <= last_read:
+                                # Less than a tick since the last read.
+                                # Not below the reading: timer_delay's seam
+                                # sets a resolution of -inf for one
+                                # iteration only.
+                                coarse_floor = (
+                                    coarse
+                                    + coarse_margin
+                                    + max(self._clock_resolution, 0.0)
+                                    + _COARSE_SKIP_HEADROOM
+                                )
+                                if deadline >= coarse_floor:
+                                    coarse_skip = skip_run
+                                    skip_seq = self._timer_seq
+                                    if skip_run < _COARSE_SKIPS_MAX:
+                                        skip_run += skip_run + 1
+                                last_read = coarse
                             else:
                                 if coarse - last_read > slow:
                                     self._slow_stretch(coarse - last_read)
-                                elif coarse <= last_read:
-                                    # Less than a tick since the last read.
-                                    # Not below the reading: timer_delay's
-                                    # seam sets a resolution of -inf for
-                                    # one iteration only.
-                                    coarse_floor = (
-                                        coarse
-                                        + coarse_margin
-                                        + max(self._clock_resolution, 0.0)
-                                        + _COARSE_SKIP_HEADROOM
-                                    )
-                                    if _first_deadline(scheduled) >= coarse_floor:
-                                        coarse_skip = _COARSE_SKIPS
-                                        skip_seq = self._timer_seq
+                                skip_run = _COARSE_SKIPS
                                 last_read = coarse
                         else:
                             # The skips end at the first timer that may be
                             # due: their floor was set from a reading now past.
                             coarse_skip = 0
+                            skip_run = _COARSE_SKIPS
                             t = monotonic_seconds() if c_clock else now()
                             if t - last_read > slow:
                                 self._slow_stretch(t - last_read)
