@@ -188,10 +188,10 @@ _COARSE_TICKS_PER_SLOW = 10.0
 # costs a busy loop far more time than its instructions say (likely a cold
 # vDSO): the call_soon chain with 1k idle timers ran at 91-95% of its rate with
 # a read every 8th iteration, 95-97% every 32nd, and 99% with none (compiled,
-# 3.13, timed in pairs).  A skipped iteration reads the heap only if a timer was set
-# since the skips began (_timer_seq moved): with the heap's head read every
-# iteration, 10k idle timers cost the chain 48 instructions per iteration of
-# its 2,080, and 20 without (callgrind, 3.11).
+# 3.13, timed in pairs).  A skipped iteration reads the heap only if a timer
+# was set since the skips began (_timer_seq moved): with the heap's head read
+# every iteration, 10k idle timers cost the chain 48 instructions per
+# iteration of its 2,080, and 20 without (callgrind, 3.11).
 _COARSE_SKIPS = 7
 _COARSE_SKIPS_MAX = 63
 _COARSE_SKIP_HEADROOM = 1.0
