@@ -44,13 +44,8 @@ STORM_ATTEMPTS = 3
 
 async def accept_storm(loop, clients, backlog):
     protocols = []
-    accepted_peers = set()
 
     class Greeter(StrictProtocol):
-        def connection_made(self, transport):
-            super().connection_made(transport)
-            accepted_peers.add(transport.get_extra_info("peername"))
-
         def data_received(self, data):
             super().data_received(data)
             self.transport.write(GREETING)
@@ -65,7 +60,6 @@ async def accept_storm(loop, clients, backlog):
     server = await loop.create_server(factory, "127.0.0.1", 0, backlog=backlog)
     addr = server.sockets[0].getsockname()
     socks = []
-    reset_before_accept = []
 
     def client_socket():
         sock = socket.socket()
@@ -89,16 +83,14 @@ async def accept_storm(loop, clients, backlog):
 
     async def client(sock):
         for _ in range(STORM_ATTEMPTS - 1):
-            # The port is read now: a reset socket may no longer know it.
-            me = sock.getsockname()
             try:
                 return await served(sock)
             except ConnectionResetError:
                 # Under SYN-queue pressure the kernel may drop a handshake
                 # that met a full accept queue, and then answer the client's
-                # data with a reset. Real clients connect again; the check
-                # after the storm makes sure the server never had this one.
-                reset_before_accept.append(me)
+                # data with a reset. Real clients connect again. The server
+                # must have accepted one connection per client, so a reset
+                # one it had accepted fails the count after the storm.
                 sock.close()
             sock = client_socket()
         return await served(sock)
@@ -116,9 +108,6 @@ async def accept_storm(loop, clients, backlog):
         server.close()
         await server.wait_closed()
     assert replies == [GREETING] * clients
-    assert accepted_peers.isdisjoint(reset_before_accept), (
-        "a connection the server accepted was reset"
-    )
     assert len(protocols) == clients
     for proto in protocols:
         assert proto.violations == []
