@@ -47,6 +47,7 @@ from _loopkit import (  # noqa: E402
     open_fds,
     snakeloop_module,
 )
+from _policies import get_policy, set_policy  # noqa: E402
 
 pytest_plugins = ["_time_limits", "pytester"]
 
@@ -122,7 +123,7 @@ def _leak_guard(request: pytest.FixtureRequest):
 
     fds_before = open_fds()
     threads_before = set(threading.enumerate())
-    policy_before = asyncio.get_event_loop_policy()
+    policy_before = get_policy()
     hooks_before = sys.get_asyncgen_hooks()
 
     yield
@@ -169,12 +170,11 @@ def _leak_guard(request: pytest.FixtureRequest):
 
         # set_event_loop_policy(None) brings back an equivalent default
         # policy object, so compare the kind of policy, not its identity.
-        if type(asyncio.get_event_loop_policy()) is not type(policy_before):
+        if type(get_policy()) is not type(policy_before):
             problems.append(
-                "the event loop policy was changed and not restored: "
-                f"{type(asyncio.get_event_loop_policy()).__name__}"
+                f"the event loop policy was changed and not restored: {type(get_policy()).__name__}"
             )
-            asyncio.set_event_loop_policy(policy_before)
+            set_policy(policy_before)
         if sys.get_asyncgen_hooks() != hooks_before:
             problems.append("sys asyncgen hooks were changed and not restored")
             sys.set_asyncgen_hooks(*hooks_before)

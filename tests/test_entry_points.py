@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 from _loopkit import PY312, Raised, capture_logs, outcome, snakeloop_module
+from _policies import (
+    POLICIES_DEPRECATED,
+    get_policy,
+    set_policy,
+    snakeloop_policy_class,
+    stdlib_policy_class,
+)
 
 
 def _snakeloop_root() -> str:
@@ -28,11 +35,19 @@ def _loop_is_snakeloop(loop) -> bool:
 
 @contextlib.contextmanager
 def restored_policy():
-    policy = asyncio.get_event_loop_policy()
+    policy = get_policy()
     try:
         yield
     finally:
-        asyncio.set_event_loop_policy(policy)
+        set_policy(policy)
+
+
+def install_snakeloop():
+    """``snakeloop.install()``, which warns from 3.14 as asyncio's policy functions do."""
+    if POLICIES_DEPRECATED:
+        with pytest.warns(DeprecationWarning, match="'snakeloop.install' is deprecated"):
+            return snakeloop_module().install()
+    return snakeloop_module().install()
 
 
 # Each entry point is exercised against the equivalent stdlib one.
@@ -321,15 +336,13 @@ def test_new_event_loop_options():
 
 
 def test_install_makes_asyncio_run_use_snakeloop():
-    mod = snakeloop_module()
-
     async def main():
         return _loop_is_snakeloop(asyncio.get_running_loop())
 
     with restored_policy():
         assert asyncio.run(main()) is False
-        mod.install()
-        assert isinstance(asyncio.get_event_loop_policy(), mod.EventLoopPolicy)
+        install_snakeloop()
+        assert isinstance(get_policy(), snakeloop_policy_class())
         assert asyncio.run(main()) is True
         loop = asyncio.new_event_loop()
         try:
@@ -339,9 +352,50 @@ def test_install_makes_asyncio_run_use_snakeloop():
     assert asyncio.run(main()) is False
 
 
+def test_import_is_silent_with_warnings_as_errors():
+    """Importing snakeloop and its pytest plugin warns of nothing (3.14 deprecates the
+    policy names that snakeloop's policy is built on)."""
+    code = "import snakeloop, snakeloop.testing.pytest_plugin, snakeloop.__main__"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=_snakeloop_root(),
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def _warnings_of(action) -> list[tuple[type[Warning], str]]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        action()
+    return [(w.category, w.filename) for w in caught]
+
+
+def test_policy_names_warn_where_asyncios_do():
+    """``snakeloop.EventLoopPolicy`` and ``snakeloop.install()`` warn on the versions where
+    ``asyncio.DefaultEventLoopPolicy`` and ``asyncio.set_event_loop_policy()`` do, with the
+    same category, pointing at the caller."""
+    mod = snakeloop_module()
+    stdlib_read = _warnings_of(lambda: asyncio.DefaultEventLoopPolicy)
+    own_read = _warnings_of(lambda: mod.EventLoopPolicy)
+    assert own_read == stdlib_read
+    assert [category for category, _ in own_read] == (
+        [DeprecationWarning] if POLICIES_DEPRECATED else []
+    )
+    with restored_policy():
+        stdlib_set = _warnings_of(lambda: asyncio.set_event_loop_policy(None))
+        own_set = _warnings_of(mod.install)
+    assert own_set == stdlib_set
+    assert ("EventLoopPolicy" in mod.__all__) is ("DefaultEventLoopPolicy" in asyncio.__all__)
+
+
 def test_policy_new_event_loop():
     mod = snakeloop_module()
-    policy = mod.EventLoopPolicy()
+    policy = snakeloop_policy_class()()
     loop = policy.new_event_loop()
     try:
         assert isinstance(loop, mod.Loop)
@@ -357,8 +411,8 @@ def test_policy_in_thread_without_loop():
         results[name] = outcome(policy.get_event_loop)
 
     for name, policy in (
-        ("stdlib", asyncio.DefaultEventLoopPolicy()),
-        ("snakeloop", snakeloop_module().EventLoopPolicy()),
+        ("stdlib", stdlib_policy_class()()),
+        ("snakeloop", snakeloop_policy_class()()),
     ):
         th = threading.Thread(target=worker, args=(name, policy), name="policy-check")
         th.start()

@@ -7,6 +7,8 @@ Use it with ``snakeloop.run(main())``, with
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._core.futures import Future, Task
 from ._core.handles import Handle, TimerHandle
 from ._core.runloop import COMPILED
@@ -15,7 +17,7 @@ from .clock import Clock, MonotonicClock
 from .exceptions import DeadlockError, StallError, VirtualTimeoutError
 from .instruments import CallbackInfo, Instrument
 from .loop import Loop
-from .runner import EventLoopPolicy, Runner, install, loop_factory, new_event_loop, run
+from .runner import POLICIES_DEPRECATED, Runner, install, loop_factory, new_event_loop, run
 from .virtualclock import VirtualClock
 
 __all__ = [
@@ -23,7 +25,6 @@ __all__ = [
     "CallbackInfo",
     "Clock",
     "DeadlockError",
-    "EventLoopPolicy",
     "Future",
     "Handle",
     "Instrument",
@@ -43,5 +44,22 @@ __all__ = [
     "print_call_graph",
     "run",
 ]
+
+# From 3.14 the policy class is read through __getattr__, which warns as asyncio does when
+# asyncio.DefaultEventLoopPolicy is read; like that name, it leaves __all__ there.
+if TYPE_CHECKING or not POLICIES_DEPRECATED:
+    from .runner import EventLoopPolicy as EventLoopPolicy
+if not POLICIES_DEPRECATED:
+    __all__.insert(__all__.index("Future"), "EventLoopPolicy")
+else:
+
+    def __getattr__(name: str) -> object:
+        if name == "EventLoopPolicy":
+            from .runner import EventLoopPolicy, warn_policy_deprecated
+
+            warn_policy_deprecated("snakeloop.EventLoopPolicy")
+            return EventLoopPolicy
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"

@@ -24,7 +24,6 @@ scripts of the same name (``./ps`` runs a script called ps).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import platform
 import runpy
@@ -33,7 +32,7 @@ import sys
 from typing import Any
 
 from .loop import Loop
-from .runner import EventLoopPolicy, install
+from .runner import EventLoopPolicy, install_policy, set_policy
 
 USAGE = (
     "usage: python -m snakeloop [options] SCRIPT [ARGS...]\n"
@@ -143,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snakeloop: {exc}", file=sys.stderr)
         return 2
     if trace_path is None and recording is None:
-        policy: EventLoopPolicy = install(**options)
+        policy: EventLoopPolicy = install_policy(**options)
     else:
         policy = _RecordingPolicy(recording=recording, **options)
-        asyncio.set_event_loop_policy(policy)
+        set_policy(policy)
     try:
         _run(args)
     except BaseException:

@@ -195,14 +195,13 @@ def capture_call_graph(
             pass  # someone in the graph is no asyncio.Future: build it here
     if future is not None and (loop is None or future is not current):
         return _graph_of_suspended(future, limit, set())
-    if future is None:
-        if loop is None:
-            raise RuntimeError(
-                "capture_call_graph() is called outside of a running event loop "
-                "and no *future* to introspect was provided"
-            )
-        if current is None:
-            return None
+    if future is None and loop is None:
+        raise RuntimeError(
+            "capture_call_graph() is called outside of a running event loop "
+            "and no *future* to introspect was provided"
+        )
+    if current is None:
+        return None
     _check_future(current)
     frame = sys._getframe(depth) if limit != 0 else None
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
+import warnings
 import weakref
 from asyncio import events
 from collections.abc import Callable, Coroutine
@@ -41,6 +43,16 @@ if TYPE_CHECKING:
 
 
 __all__ = ["EventLoopPolicy", "Runner", "install", "loop_factory", "new_event_loop", "run"]
+
+# From 3.14 asyncio deprecates its policy system (removal is planned for 3.16): reading
+# asyncio.DefaultEventLoopPolicy, get_event_loop_policy() and set_event_loop_policy() warn,
+# while the private names beneath them stay silent.  snakeloop's policy builds on those, so
+# that importing snakeloop warns of nothing; its own policy names warn where asyncio's do.
+POLICIES_DEPRECATED = sys.version_info >= (3, 14)
+if sys.version_info >= (3, 14):
+    from asyncio.unix_events import _DefaultEventLoopPolicy as _StdlibPolicy
+else:
+    _StdlibPolicy = asyncio.DefaultEventLoopPolicy
 
 _T = TypeVar("_T")
 
@@ -158,7 +170,7 @@ def run(
         return runner.run(main)
 
 
-class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+class EventLoopPolicy(_StdlibPolicy):
     """The default policy, except that new loops are snakeloop loops.
 
     ``clock_factory``, if given, makes the clock of each new loop (for
@@ -201,7 +213,46 @@ def install(
     seed: int | None = None,
     perturb: str | None = None,
 ) -> EventLoopPolicy:
-    """Make snakeloop the loop of ``asyncio.run`` and ``new_event_loop``; return the policy."""
+    """Make snakeloop the loop of ``asyncio.run`` and ``new_event_loop``; return the policy.
+
+    Deprecated from Python 3.14, as asyncio's policies are: pass
+    ``loop_factory=snakeloop.new_event_loop`` to ``asyncio.run`` or ``asyncio.Runner``.
+    """
+    if POLICIES_DEPRECATED:
+        warn_policy_deprecated("snakeloop.install")
+    return install_policy(clock_factory=clock_factory, seed=seed, perturb=perturb)
+
+
+def install_policy(
+    *,
+    clock_factory: Callable[[], Clock] | None = None,
+    seed: int | None = None,
+    perturb: str | None = None,
+) -> EventLoopPolicy:
+    """``install()`` without its deprecation warning, for ``python -m snakeloop``."""
     policy = EventLoopPolicy(clock_factory=clock_factory, seed=seed, perturb=perturb)
-    asyncio.set_event_loop_policy(policy)
+    set_policy(policy)
     return policy
+
+
+def set_policy(policy: asyncio.AbstractEventLoopPolicy | None) -> None:
+    """``asyncio.set_event_loop_policy`` without the warning it gives from 3.14.
+
+    ``python -m snakeloop`` runs a script on snakeloop the only way that reaches the
+    ``asyncio.run()`` calls inside it; the script asked for no policy, so it is warned
+    of nothing.
+    """
+    if sys.version_info >= (3, 14):
+        asyncio.events._set_event_loop_policy(policy)
+    else:
+        asyncio.set_event_loop_policy(policy)
+
+
+def warn_policy_deprecated(name: str) -> None:
+    """The warning asyncio gives for its policy names from 3.14, naming the way forward."""
+    warnings.warn(
+        f"{name!r} is deprecated and slated for removal in Python 3.16; pass "
+        "loop_factory=snakeloop.new_event_loop to asyncio.run() or asyncio.Runner instead",
+        DeprecationWarning,
+        stacklevel=3,
+    )

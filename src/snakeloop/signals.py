@@ -34,11 +34,11 @@ import os
 import signal
 import sys
 import warnings
-from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ._core.callbackcheck import is_coroutine_callback
 from ._core.handles import Handle
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class SignalHandlers:
 
     def add(self, sig: int, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
         """``loop.add_signal_handler(sig, callback, *args)``."""
-        if iscoroutine(callback) or iscoroutinefunction(callback):
+        if is_coroutine_callback(callback):
             raise TypeError("coroutines cannot be used with add_signal_handler()")
         _check_signal(sig)
         self._loop._check_closed()

@@ -23,6 +23,7 @@ from _loopkit import (
     run_machine,
     run_once,
 )
+from _policies import get_policy, set_policy, stdlib_policy_class
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -382,8 +383,8 @@ def test_future_without_loop_outside_running_loop():
 
     results = []
     for kind in ("stdlib-py", "snakeloop"):
-        policy = asyncio.get_event_loop_policy()
-        asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+        policy = get_policy()
+        set_policy(stdlib_policy_class()())
         try:
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
@@ -399,5 +400,5 @@ def test_future_without_loop_outside_running_loop():
                     loop.close()
                     asyncio.set_event_loop(None)
         finally:
-            asyncio.set_event_loop_policy(policy)
+            set_policy(policy)
     assert results[1] == results[0]

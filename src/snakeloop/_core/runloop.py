@@ -98,7 +98,6 @@ import heapq
 import logging
 import threading
 import types
-from asyncio.coroutines import iscoroutine, iscoroutinefunction
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +105,7 @@ if False:  # Cython reads this import when it compiles the module (setup.py)
     import cython
 else:
     from . import cythonshim as cython
+from .callbackcheck import is_coroutine_callback
 from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .counters import LoopCounters
@@ -773,7 +773,7 @@ class CoreLoop:
             )
 
     def _check_callback(self, callback, method):
-        if iscoroutine(callback) or iscoroutinefunction(callback):
+        if is_coroutine_callback(callback):
             raise TypeError(f"coroutines cannot be used with {method}()")
         if not callable(callback):
             raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
