@@ -17,6 +17,7 @@ statements give the classes the .pxd declares the .pxd's bases (see ``_cython_so
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import re
@@ -127,6 +128,12 @@ def _extensions() -> list:
         source = os.path.join(CYTHON_SOURCES, relative + ".py")
         _write_if_changed(source, _cython_source(_read(os.path.join("src", relative + ".py")), pxd))
         modules.append(Extension(name, [source]))
+    # cythonize's workers come from multiprocessing, whose default on Linux is forkserver
+    # from 3.14: each worker imports the main script again, so `python setup.py
+    # build_ext` (benchmarks/compiled.py) would run the whole build in every worker.
+    # Forked workers start from this process as it is.
+    if "fork" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_start_method("fork", force=True)
     return cythonize(
         modules,
         compiler_directives=CYTHON_DIRECTIVES,

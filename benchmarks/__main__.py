@@ -52,6 +52,12 @@ def add_compiled(loops, args):
     except RuntimeError as exc:
         return f"not built: {exc}; skipped"
     loops.append(("compiled", module.new_event_loop))
+    if args.stdlib_futures:
+
+        def compiled_with_c_futures():
+            return module.new_event_loop(stdlib_futures=True)
+
+        loops.append(("comp+C", compiled_with_c_futures))
     where = Path(directory)
     try:
         where = where.relative_to(REPO)
@@ -101,7 +107,9 @@ def find_loops(args):
                     return snakeloop.new_event_loop(stdlib_futures=True)
 
                 loops.append(("snake+C", with_c_futures))
-                notes.append("snake+C:   snakeloop with stdlib_futures=True")
+                notes.append(
+                    "snake+C:   snakeloop with stdlib_futures=True (comp+C: the compiled column's)"
+                )
             if args.baseline:
                 old = load_baseline(args.baseline)
                 loops.append(("baseline", old.new_event_loop))

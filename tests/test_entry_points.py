@@ -403,6 +403,32 @@ def test_policy_new_event_loop():
         loop.close()
 
 
+def test_policy_get_event_loop_without_loop_in_main_thread():
+    """``get_event_loop()`` with no loop set: 3.14 raises, as its policy no longer makes
+    a loop; 3.12 and 3.13 make one with a DeprecationWarning."""
+    import warnings
+
+    results = {}
+    for name, policy in (
+        ("stdlib", stdlib_policy_class()()),
+        ("snakeloop", snakeloop_policy_class()()),
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = outcome(policy.get_event_loop)
+        if isinstance(got, tuple):
+            got[1].close()
+            policy.set_event_loop(None)
+            got = ("loop", type(got[1]).__name__ == "Loop")
+        results[name] = (got, [w.category for w in caught])
+    # Each loop of its own kind; otherwise the same outcome and the same warnings.
+    stdlib_outcome = ("loop", True) if results["stdlib"][0] == ("loop", False) else None
+    assert results["snakeloop"] == (stdlib_outcome or results["stdlib"][0], results["stdlib"][1])
+    if sys.version_info >= (3, 14):
+        assert isinstance(results["snakeloop"][0], Raised)
+        assert results["snakeloop"][0].type is RuntimeError
+
+
 def test_policy_in_thread_without_loop():
     """get_event_loop() in a non-main thread raises like the stdlib policy."""
     results = {}

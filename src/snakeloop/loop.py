@@ -149,6 +149,25 @@ def _fd_of(fileobj: Any) -> int:
     return fd
 
 
+_NAME_AND_CONTEXT = frozenset(("name", "context"))
+
+
+def _factory_task(
+    loop: Loop, factory: Callable[..., Any], coro: Any, keywords: dict[str, Any]
+) -> Any:
+    """``factory``'s task for ``loop.create_task(coro, **keywords)``, as asyncio makes it.
+
+    From 3.14 the factory gets the keywords as they were given.  Before, it got
+    ``context=`` alone, when there was one, and the loop named the task.
+    """
+    if sys.version_info >= (3, 14):
+        return factory(loop, coro, **keywords)
+    name = keywords.get("name")
+    if "context" in keywords:
+        return _named(factory(loop, coro, context=keywords["context"]), name)
+    return _named(factory(loop, coro), name)
+
+
 def _named(task: Any, name: object) -> Any:
     """Name a task made by a task factory, as asyncio's create_task does."""
     if _SET_NAME_ALWAYS:
@@ -966,42 +985,70 @@ class Loop(
     if COMPILED:
         create_future = CoreLoop.create_future  # type: ignore[assignment]
 
-    # typeshed gives 3.13's create_task an ``eager_start`` keyword, which
-    # (typeshed notes) asyncio takes only from 3.13.3 on; a type checker
-    # cannot tell 3.13.0 from 3.13.3.  This loop, like 3.13.0's asyncio,
-    # does not take it: the override is narrower than typeshed's on 3.13.
-    def create_task(  # type: ignore[override,unused-ignore]
-        self,
-        coro: _CoroutineLike[_T],
-        *,
-        name: object = None,
-        context: Context | None = None,
-    ) -> asyncio.Task[_T]:
-        """Wrap ``coro`` in a task scheduled on this loop."""
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        # asyncio calls a factory with ``context=`` too, which typeshed's
-        # _TaskFactory does not describe.
-        factory: Callable[..., Any] | None = self._task_factory
-        if factory is None:
-            if self._task_class is Task:
-                # Task(coro, loop=self, ...) without the keyword-argument call.
-                task: Any = _new_task(Task)
-                # asyncio's pure-Python Task, made in its create_task, drops
-                # two frames from its record (see Task._setup).
-                task._setup(coro, self, name, context, False, 2)
-            else:
-                task = self._task_class(coro, loop=self, name=name, context=context)
-                if task._source_traceback:
-                    del task._source_traceback[-1]
-            return task
-        if self._instrument_tasks is not None:
-            return self._create_task_seen_by_instruments(factory, coro, name, context)
-        # No ``task`` local: an eager factory runs the first step under this
-        # frame, which an error's traceback then keeps (see Task._eager_start).
-        if context is None:
-            return _named(factory(self, coro), name)
-        return _named(factory(self, coro, context=context), name)
+    if sys.version_info >= (3, 14):
+        # 3.14 forwards every keyword of create_task, as given, to the task factory or
+        # to the Task (gh-128307): eager_start, and whatever a factory of the program's
+        # own takes.  The factory names the task itself; the loop no longer does.
+
+        def create_task(  # type: ignore[override,unused-ignore]
+            self, coro: _CoroutineLike[_T], **kwargs: Any
+        ) -> asyncio.Task[_T]:
+            """Wrap ``coro`` in a task scheduled on this loop."""
+            if self._closed:
+                raise RuntimeError("Event loop is closed")
+            factory: Callable[..., Any] | None = self._task_factory
+            if factory is None:
+                if self._task_class is Task and _NAME_AND_CONTEXT.issuperset(kwargs):
+                    task: Any = _new_task(Task)
+                    task._setup(coro, self, kwargs.get("name"), kwargs.get("context"), False, 2)
+                else:
+                    task = self._task_class(coro, loop=self, **kwargs)
+                    if task._source_traceback:
+                        del task._source_traceback[-1]
+                return task
+            if self._instrument_tasks is not None:
+                return self._create_task_seen_by_instruments(factory, coro, kwargs)
+            return factory(self, coro, **kwargs)
+
+    else:
+        # typeshed gives 3.13's create_task an ``eager_start`` keyword, which
+        # (typeshed notes) asyncio takes only from 3.13.3 on; a type checker
+        # cannot tell 3.13.0 from 3.13.3.  This loop, like 3.13.0's asyncio,
+        # does not take it: the override is narrower than typeshed's on 3.13.
+
+        def create_task(  # type: ignore[override,unused-ignore]
+            self,
+            coro: _CoroutineLike[_T],
+            *,
+            name: object = None,
+            context: Context | None = None,
+        ) -> asyncio.Task[_T]:
+            """Wrap ``coro`` in a task scheduled on this loop."""
+            if self._closed:
+                raise RuntimeError("Event loop is closed")
+            # asyncio calls a factory with ``context=`` too, which typeshed's
+            # _TaskFactory does not describe.
+            factory: Callable[..., Any] | None = self._task_factory
+            if factory is None:
+                if self._task_class is Task:
+                    # Task(coro, loop=self, ...) without the keyword-argument call.
+                    task: Any = _new_task(Task)
+                    # asyncio's pure-Python Task, made in its create_task, drops
+                    # two frames from its record (see Task._setup).
+                    task._setup(coro, self, name, context, False, 2)
+                else:
+                    task = self._task_class(coro, loop=self, name=name, context=context)
+                    if task._source_traceback:
+                        del task._source_traceback[-1]
+                return task
+            if self._instrument_tasks is not None:
+                keywords = {"name": name} if context is None else {"name": name, "context": context}
+                return self._create_task_seen_by_instruments(factory, coro, keywords)
+            # No ``task`` local: an eager factory runs the first step under this
+            # frame, which an error's traceback then keeps (see Task._eager_start).
+            if context is None:
+                return _named(factory(self, coro), name)
+            return _named(factory(self, coro, context=context), name)
 
     # Compiled, the core makes snakeloop's own tasks without a Python frame
     # and calls this method for the rest (see CoreLoop.create_task).
@@ -1010,7 +1057,7 @@ class Loop(
         create_task = CoreLoop.create_task  # type: ignore[assignment]
 
     def _create_task_seen_by_instruments(
-        self, factory: Callable[..., Any], coro: Any, name: object, context: Context | None
+        self, factory: Callable[..., Any], coro: Any, keywords: dict[str, Any]
     ) -> Any:
         """A factory's task, reported to the instruments once it exists.
 
@@ -1019,10 +1066,7 @@ class Loop(
         if that step finished it) follow the construction.  snakeloop's
         eager tasks bracket that step themselves (``Task._eager_start``).
         """
-        if context is None:
-            task = _named(factory(self, coro), name)
-        else:
-            task = _named(factory(self, coro, context=context), name)
+        task = _factory_task(self, factory, coro, keywords)
         tasks = self._instrument_tasks
         if tasks is not None and not isinstance(task, Task):
             tasks.constructed(task)

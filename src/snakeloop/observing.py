@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ._core.handles import context_of
 from ._core.runloop import _as_handle, format_handle, suspension_of
 from ._insight.steps import (
     LIBRARY_FILES,
@@ -127,7 +128,7 @@ class Observer:
             info = CallbackInfo(
                 handle._callback,
                 handle._args,
-                handle._context,
+                context_of(handle),
                 None if entry.__class__ is tuple else handle,
                 task,
             )

@@ -431,3 +431,84 @@ def test_call_soon_threadsafe_on_loop_before_running(any_loop):
     th.join()
     run_once(any_loop)
     assert seen == ["x"]
+
+
+# ------------------------------------------- call_soon_threadsafe's handle (3.14)
+# From 3.14 (and in the 3.13 releases that have the class) asyncio's call_soon_threadsafe
+# returns an events._ThreadSafeHandle: cancel() and cancelled() from another thread wait
+# while the callback runs, and a callback cancelled before it starts does not run.
+
+
+def _threadsafe_handle_scenario(loop):
+    """What another thread sees of call_soon_threadsafe's handle, on this loop."""
+    seen: dict[str, object] = {}
+    started, about_to_cancel, cancel_returned = (threading.Event() for _ in range(3))
+    ran: list[str] = []
+
+    def callback(arg):
+        started.set()
+        about_to_cancel.wait(SAFETY)
+        # The other thread is in cancel() or about to be: give it time to get there.
+        # It must still be waiting when the callback ends, on a thread-safe handle.
+        time.sleep(0.05)
+        seen["cancel_returned_while_running"] = cancel_returned.is_set()
+        ran.append(arg)
+
+    def other_thread():
+        handle = loop.call_soon_threadsafe(callback, "hello")
+        seen["is_threadsafe"] = isinstance(
+            handle, getattr(asyncio.events, "_ThreadSafeHandle", type(None))
+        )
+        seen["repr"] = repr(handle).split()[0]
+        started.wait(SAFETY)
+        about_to_cancel.set()
+        handle.cancel()
+        cancel_returned.set()
+        seen["cancelled_after"] = handle.cancelled()
+        # Cancelled before it runs: never runs.
+        gate = threading.Event()
+        loop.call_soon_threadsafe(gate.wait, SAFETY)
+        late = loop.call_soon_threadsafe(ran.append, "cancelled in time")
+        late.cancel()
+        seen["late_cancelled"] = late.cancelled()
+        gate.set()
+        loop.call_soon_threadsafe(loop.stop)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    loop.run_forever()
+    thread.join(SAFETY)
+    seen["ran"] = ran
+    return seen
+
+
+def test_call_soon_threadsafe_handle_as_on_asyncio():
+    got = assert_same(_threadsafe_handle_scenario)[1]
+    assert got["ran"] == ["hello"]
+    assert got["late_cancelled"] is True
+    if hasattr(asyncio.events, "_ThreadSafeHandle"):
+        assert got["is_threadsafe"] is True
+        assert got["cancel_returned_while_running"] is False
+        assert got["repr"] == "<_ThreadSafeHandle"
+
+
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_call_soon_threadsafe_handle_cancelled_by_its_own_callback(kind):
+    """A callback that cancels its own handle runs to the end (same thread: no wait)."""
+    loop = new_loop(kind)
+    try:
+        handles: list[asyncio.Handle] = []
+        ran = []
+
+        def callback():
+            handles[0].cancel()
+            ran.append(handles[0].cancelled())
+
+        handles.append(loop.call_soon_threadsafe(callback))
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        assert ran == [True]
+        if hasattr(asyncio.Handle, "get_context"):  # 3.12+
+            assert type(handles[0].get_context()) is contextvars.Context
+    finally:
+        close_loop(loop)

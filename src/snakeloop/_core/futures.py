@@ -44,7 +44,7 @@ from asyncio import tasks as _aio_tasks
 from asyncio.coroutines import iscoroutine
 from types import CoroutineType as _CoroutineType
 from types import GenericAlias
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if False:  # Cython reads this import when it compiles the module (setup.py)
     import cython
@@ -551,6 +551,14 @@ class Future(_TypingOnlyGeneric[_T]):
         __iter__ = __await__
 
 
+def _refuse_keyword(name: str) -> NoReturn:
+    """The TypeError of asyncio's C Task for a keyword it does not take (loop.create_task
+    passes it any keyword from 3.14 on)."""
+    if _PY313:
+        raise TypeError(f"Task() got an unexpected keyword argument {name!r}")
+    raise TypeError(f"{name!r} is an invalid keyword argument for Task()")
+
+
 class Task(Future[_T]):
     """Drives a coroutine; asyncio.Task's semantics for the running Python."""
 
@@ -579,10 +587,13 @@ class Task(Future[_T]):
         name: object = None,
         context: Context | None = None,
         eager_start: bool = False,
+        **unexpected: Any,
     ) -> None:
+        if unexpected:
+            _refuse_keyword(next(iter(unexpected)))
         if eager_start and not _PY312:
             # Eager start came with 3.12; 3.11's Task has no such argument.
-            raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
+            _refuse_keyword("eager_start")
         self._setup(coro, loop, name, context, eager_start, 1)
         self = None  # type: ignore[assignment]  # an eager first step ran under this frame
 

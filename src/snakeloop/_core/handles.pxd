@@ -20,3 +20,9 @@ cdef class TimerHandle(Handle):
     cdef readonly long long _seq
     # Compiled only: its place in the heap while _scheduled (runloop._heap_remove).
     cdef readonly Py_ssize_t _heap_index
+
+
+# call_soon_threadsafe's handle from 3.14 (see handles.py): no fields of its own; its lock
+# is in its context object.
+cdef class ThreadSafeHandle(Handle):
+    pass

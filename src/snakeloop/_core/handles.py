@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 from asyncio import constants, events, format_helpers
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from traceback import StackSummary
     from types import CodeType, FrameType
 
-__all__ = ["Handle", "TimerHandle"]
+__all__ = ["THREADSAFE_HANDLES", "Handle", "ThreadSafeHandle", "TimerHandle", "context_of"]
 
 # From 3.13 on, asyncio shows a callback's arguments only in debug mode
 # (they may hold secrets); the helper takes the switch.
@@ -314,6 +315,93 @@ class TimerHandle(Handle, events.TimerHandle):
         return self._when
 
 
+# asyncio's call_soon_threadsafe returns an events._ThreadSafeHandle from 3.14 on (and
+# in the 3.13 releases that have the class): a handle whose cancel(), from another
+# thread, waits while its callback runs, and whose callback does not start once cancel()
+# has returned.  Before, it returned a plain Handle.
+THREADSAFE_HANDLES = hasattr(events, "_ThreadSafeHandle")
+_StdlibThreadSafeHandle: Any = getattr(events, "_ThreadSafeHandle", events.Handle)
+
+
+class _LockedContext:
+    """A thread-safe handle's context, seen by the loop: its callback runs under the lock.
+
+    The run loop runs a handle as ``handle._context.run(callback, *args)`` (any context
+    object but a real ``Context`` gets its ``run`` called), so this is where the lock
+    goes: the loop's path for every other handle stays as it is.  It holds no
+    reference to its handle, so the two make no cycle for the collector.
+    """
+
+    __slots__ = ("context", "lock", "cancelled")
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.lock = threading.RLock()
+        self.cancelled = False
+
+    def run(self, callback: Callable[..., object], *args: Any) -> object:
+        with self.lock:
+            if self.cancelled:
+                # Cancelled after the loop saw it live, before it started.
+                return None
+            return self.context.run(callback, *args)
+
+
+def context_of(handle: Any) -> Context:
+    """The context ``handle``'s callback runs in (a thread-safe handle's is wrapped)."""
+    context = handle._context
+    if type(context) is _LockedContext:
+        return context.context
+    return context  # type: ignore[no-any-return]
+
+
+class ThreadSafeHandle(Handle, _StdlibThreadSafeHandle):
+    """What ``call_soon_threadsafe`` returns where asyncio's is a ``_ThreadSafeHandle``.
+
+    Interpreted, a subclass of both; compiled, an ``events._ThreadSafeHandle`` through
+    its ``__class__``, as Handle is an ``asyncio.Handle``.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        callback: Callable[..., object],
+        args: Sequence[Any],
+        loop: Any,
+        context: Context | None = None,
+    ) -> None:
+        Handle.__init__(self, callback, args, loop, context)
+        self._context = _LockedContext(self._context)  # type: ignore[assignment]
+
+    def _repr_info(self) -> list[str]:
+        info = Handle._repr_info(self)
+        info[0] = "_ThreadSafeHandle"  # asyncio's name, in reprs and log lines
+        return info
+
+    @property  # type: ignore[misc]  # asyncio's class has it as a slot
+    def _lock(self) -> threading.RLock:
+        return self._context.lock  # type: ignore[attr-defined,no-any-return]
+
+    def get_context(self) -> Context:
+        return self._context.context  # type: ignore[attr-defined,no-any-return]
+
+    def cancel(self) -> None:
+        locked: Any = self._context
+        with locked.lock:
+            locked.cancelled = True
+            Handle.cancel(self)
+
+    def cancelled(self) -> bool:
+        with self._context.lock:  # type: ignore[attr-defined]
+            return self._cancelled
+
+    def _run(self) -> None:
+        with self._context.lock:  # type: ignore[attr-defined]
+            if not self._cancelled:
+                Handle._run(self)
+
+
 if cython.compiled:
     _set_class = object.__dict__["__class__"].__set__
 
@@ -322,6 +410,9 @@ if cython.compiled:
     _ISINSTANCE_VIEWS = {
         Handle: isinstance_view(Handle, events.Handle),
         TimerHandle: isinstance_view(TimerHandle, events.TimerHandle),
+        ThreadSafeHandle: isinstance_view(ThreadSafeHandle, _StdlibThreadSafeHandle),
     }
 else:
-    skip_when_recording(Handle.__init__, TimerHandle.__init__, source_traceback)
+    skip_when_recording(
+        Handle.__init__, TimerHandle.__init__, ThreadSafeHandle.__init__, source_traceback
+    )

@@ -110,7 +110,9 @@ from .counters import FLUSH_AFTER as _FLUSH_AFTER
 from .counters import FLUSH_EVERY as _FLUSH_EVERY
 from .counters import LoopCounters
 from .handles import (
+    THREADSAFE_HANDLES,
     Handle,
+    ThreadSafeHandle,
     TimerHandle,
     shorten_source_traceback,
     skip_when_recording,
@@ -160,6 +162,9 @@ _MIN_TIMERS_TO_COMPACT = 100
 # step 5 of _run_iterations).
 _STRETCH_CALLBACKS = 64
 _INF = float("inf")
+# The default of create_task's keywords in the compiled build: one that was not given is
+# not passed on to a task factory (3.14's create_task forwards exactly what it got).
+_OMITTED = object()
 # Compiled, on Linux: the coarse clock's tick (runloop.pxd), or 0 where there
 # is none.  With a timer pending, each iteration reads that clock first, and
 # the precise one only if a timer could be due _COARSE_TICKS_OF_MARGIN ticks
@@ -737,18 +742,34 @@ class CoreLoop:
             return self._future_class(loop=self)
 
         def create_task(
-            self, coro: Any, *, name: object = None, context: Context | None = None
+            self,
+            coro: Any,
+            *,
+            name: object = _OMITTED,
+            context: Any = _OMITTED,
+            **kwargs: Any,
         ) -> Any:
             """Wrap ``coro`` in a task scheduled on this loop."""
             task_class = self._direct_task_class
-            if task_class is None or self._closed:
-                return self._create_task_slow(  # type: ignore[attr-defined]  # Loop's
-                    coro, name=name, context=context
-                )
+            if task_class is None or self._closed or kwargs:
+                # From 3.14 asyncio hands a factory exactly the keywords it was
+                # given, an omitted name included; Loop's method decides.
+                if name is not _OMITTED:
+                    kwargs["name"] = name
+                if context is not _OMITTED:
+                    kwargs["context"] = context
+                return self._create_task_slow(coro, **kwargs)  # type: ignore[attr-defined]
             task = task_class.__new__(task_class)
             # asyncio's pure-Python Task, made in its create_task, drops two
             # frames from its record (see Task._setup).
-            task._setup(coro, self, name, context, False, 2)
+            task._setup(
+                coro,
+                self,
+                None if name is _OMITTED else name,
+                None if context is _OMITTED else context,
+                False,
+                2,
+            )
             return task
 
     # -- time ------------------------------------------------------------
@@ -839,9 +860,14 @@ class CoreLoop:
             raise RuntimeError("Event loop is closed")
         if self._debug:
             self._check_callback(callback, "call_soon_threadsafe")
-        handle = _new_handle(callback, args, self, context)
+        handle: Handle
+        if THREADSAFE_HANDLES:
+            handle = ThreadSafeHandle(callback, args, self, context)
+        else:
+            handle = _new_handle(callback, args, self, context)
         if handle._source_traceback:
-            # asyncio's goes through _call_soon: two frames of its own.
+            # asyncio's goes through _call_soon (or, from 3.14, drops two frames
+            # of its own too).
             shorten_source_traceback(handle._source_traceback, 2)
         # deque.append is atomic.  The wakeup is written every time, not only
         # when the loop sleeps: the syscall also hands the GIL over, so
