@@ -149,13 +149,41 @@ def _fd_of(fileobj: Any) -> int:
     return fd
 
 
+# From 3.14 on, asyncio hands create_task's keywords to the task factory
+# (gh-128307), which names the task itself; asyncio.tasks._set_task_name,
+# which named it afterwards, is gone.
+_FACTORY_TAKES_NAME = sys.version_info >= (3, 14)
+
+
 def _named(task: Any, name: object) -> Any:
-    """Name a task made by a task factory, as asyncio's create_task does."""
+    """Name a task made by a task factory, as asyncio's create_task does (before 3.14)."""
     if _SET_NAME_ALWAYS:
         task.set_name(name)
     else:
         aio_tasks._set_task_name(task, name)  # type: ignore[attr-defined]
     return task
+
+
+def _from_factory(
+    factory: Callable[..., Any], loop: Any, coro: Any, name: Any, context: Any
+) -> Any:
+    """The task factory's task for ``loop.create_task(coro, name=, context=)``.
+
+    No ``task`` local: an eager factory runs the first step under this
+    frame, which an error's traceback then keeps (see Task._eager_start).
+    """
+    if _FACTORY_TAKES_NAME:
+        # Only the keywords given, as asyncio passes on only those.
+        if name is None:
+            if context is None:
+                return factory(loop, coro)
+            return factory(loop, coro, context=context)
+        if context is None:
+            return factory(loop, coro, name=name)
+        return factory(loop, coro, name=name, context=context)
+    if context is None:
+        return _named(factory(loop, coro), name)
+    return _named(factory(loop, coro, context=context), name)
 
 
 # The slots of Loop that have a default, set first thing in __init__.
@@ -997,11 +1025,7 @@ class Loop(
             return task
         if self._instrument_tasks is not None:
             return self._create_task_seen_by_instruments(factory, coro, name, context)
-        # No ``task`` local: an eager factory runs the first step under this
-        # frame, which an error's traceback then keeps (see Task._eager_start).
-        if context is None:
-            return _named(factory(self, coro), name)
-        return _named(factory(self, coro, context=context), name)
+        return _from_factory(factory, self, coro, name, context)
 
     # Compiled, the core makes snakeloop's own tasks without a Python frame
     # and calls this method for the rest (see CoreLoop.create_task).
@@ -1019,10 +1043,7 @@ class Loop(
         if that step finished it) follow the construction.  snakeloop's
         eager tasks bracket that step themselves (``Task._eager_start``).
         """
-        if context is None:
-            task = _named(factory(self, coro), name)
-        else:
-            task = _named(factory(self, coro, context=context), name)
+        task = _from_factory(factory, self, coro, name, context)
         tasks = self._instrument_tasks
         if tasks is not None and not isinstance(task, Task):
             tasks.constructed(task)
