@@ -378,6 +378,8 @@ def test_run_loop_inside_other_running_loop(outer_kind, inner_kind, runner):
 
             def cb(inner=inner, outer=outer, box=box):
                 box.append(outcome(RUNNERS[runner], inner))
+                # The refused run leaves the outer loop the running one.
+                box.append(outcome(asyncio.get_running_loop) == ("ok", outer))
                 outer.stop()
 
             outer.call_soon(cb)
@@ -385,7 +387,8 @@ def test_run_loop_inside_other_running_loop(outer_kind, inner_kind, runner):
             results.append(box)
     assert results[1] == results[0]
     assert results[1] == [
-        Raised(RuntimeError("Cannot run the event loop while another loop is running"))
+        Raised(RuntimeError("Cannot run the event loop while another loop is running")),
+        True,
     ]
 
 

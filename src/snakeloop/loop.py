@@ -513,8 +513,10 @@ class Loop(
         sampler = None
         started = None
         instruments = None
+        # Outside the try, as asyncio: a refused run (another loop runs in
+        # this thread) must not clean up, which would unset that loop.
+        self._run_forever_setup()
         try:
-            self._run_forever_setup()
             counters.run_started = started = self._now()
             recorder = self._metrics_recorder
             if recorder is not None and recorder.mode == "sampled":
