@@ -119,6 +119,29 @@ def reset_policy():
         asyncio.set_event_loop_policy(None)
 
 
+def use_py_task_registry():
+    """stdlib-py in task mode, 3.14+: asyncio's own helpers see the pure-Python tasks.
+
+    From 3.14 on, asyncio's pure-Python Task registers with the pure-Python current_task()
+    and all_tasks() only, so TaskGroup, timeout() and the tests' own calls would not find the
+    running _PyTask.  CPython's Py* test classes swap the functions in for the same reason.
+    Before 3.14 the pure-Python Task registers with the C functions as well.  The loop's own
+    tasks are made pure-Python too (asyncio.Task, as those classes do): a C task made by the
+    loop's default factory would be invisible to the pure-Python all_tasks().
+    """
+    import asyncio
+    from asyncio import futures, tasks
+
+    if sys.version_info < (3, 14):
+        return
+    for name in ("current_task", "all_tasks"):
+        py = getattr(tasks, "_py_" + name)
+        setattr(asyncio, name, py)
+        setattr(tasks, name, py)
+    asyncio.Task = tasks.Task = tasks._PyTask
+    asyncio.Future = futures.Future = futures._PyFuture
+
+
 def install_target(raw_factory):
     """Make asyncio's default policy build target loops; returns the counting factory.
 
@@ -589,6 +612,8 @@ def main(argv=None):
     try:
         selection = _data.load_selection()
         raw_factory, task_cls, future_cls = resolve_target(args.target)
+        if args.target == "stdlib-py" and args.mode == "task":
+            use_py_task_registry()
         factory = install_target(raw_factory)
         apply_shims()
         plan = plan_module(
