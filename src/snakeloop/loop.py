@@ -169,7 +169,7 @@ def _factory_task(
 
 
 def _named(task: Any, name: object) -> Any:
-    """Name a task made by a task factory, as asyncio's create_task does."""
+    """Name a task made by a task factory, as asyncio's create_task does (before 3.14)."""
     if _SET_NAME_ALWAYS:
         task.set_name(name)
     else:
@@ -504,8 +504,10 @@ class Loop(
         sampler = None
         started = None
         instruments = None
+        # Outside the try, as asyncio: a refused run (another loop runs in
+        # this thread) must not clean up, which would unset that loop.
+        self._run_forever_setup()
         try:
-            self._run_forever_setup()
             counters.run_started = started = self._now()
             recorder = self._metrics_recorder
             if recorder is not None and recorder.mode == "sampled":

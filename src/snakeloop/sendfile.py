@@ -225,8 +225,9 @@ class SendfileMixin(LoopMixinBase):
                     break
                 await self._sendfile_writable(fd)
         finally:
-            if total > 0:
-                os.lseek(fileno, offset + total, os.SEEK_SET)
+            # Just after the last byte sent, even when none was (the offset is
+            # at or past the end): asyncio does so since gh-150107.
+            os.lseek(fileno, offset + total, os.SEEK_SET)
         return total
 
     async def _sendfile_writable(self, fd):
@@ -238,7 +239,8 @@ class SendfileMixin(LoopMixinBase):
             fut.set_result(None)
 
     async def _sock_sendfile_fallback(self, sock, file, offset, count):
-        if offset:
+        # Offset 0 too: the file may be positioned elsewhere (gh-150107).
+        if hasattr(file, "seek"):
             file.seek(offset)
         # Read the size at call time: asyncio's tests patch it.
         blocksize = constants.SENDFILE_FALLBACK_READBUFFER_SIZE
@@ -329,7 +331,7 @@ class SendfileMixin(LoopMixinBase):
             self._attach_transport(fd, transp)
 
     async def _sendfile_fallback(self, transp, file, offset, count):
-        if offset:
+        if hasattr(file, "seek"):  # offset 0 too, as above
             file.seek(offset)
         blocksize = min(count, _TRANSPORT_FALLBACK_BLOCK) if count else _TRANSPORT_FALLBACK_BLOCK
         buf = memoryview(bytearray(blocksize))

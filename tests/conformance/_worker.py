@@ -84,7 +84,7 @@ def resolve_target(name: str):
         return seeded_loop_factory(), snakeloop.Task, snakeloop.Future
     # The stdlib loop class that the default policy would build (asyncio.new_event_loop itself
     # would recurse into the substituted policy).
-    stdlib_factory = asyncio.DefaultEventLoopPolicy._loop_factory
+    stdlib_factory = default_policy_class()._loop_factory
     if name == "stdlib":
         return stdlib_factory, asyncio.Task, asyncio.Future
     if name == "stdlib-py":
@@ -92,6 +92,54 @@ def resolve_target(name: str):
 
         return stdlib_factory, tasks._PyTask, futures._PyFuture
     raise SystemExit(f"unknown target {name!r}")
+
+
+# 3.14 deprecates the public policy names (reading ``asyncio.DefaultEventLoopPolicy`` warns, as
+# do ``get/set_event_loop_policy``); asyncio itself and CPython's 3.14 tests use the private
+# ones, so the worker does too there.  Before 3.14 the private names do not exist.
+PRIVATE_POLICY_NAMES = sys.version_info >= (3, 14)
+
+
+def default_policy_class():
+    """The platform's default policy class, read without a deprecation warning."""
+    import asyncio
+
+    if PRIVATE_POLICY_NAMES:
+        return asyncio.unix_events._DefaultEventLoopPolicy
+    return asyncio.DefaultEventLoopPolicy
+
+
+def reset_policy():
+    """Drop the current policy, so that the next use makes a default one (the target's)."""
+    import asyncio
+
+    if PRIVATE_POLICY_NAMES:
+        asyncio.events._set_event_loop_policy(None)
+    else:
+        asyncio.set_event_loop_policy(None)
+
+
+def use_py_task_registry():
+    """stdlib-py in task mode, 3.14+: asyncio's own helpers see the pure-Python tasks.
+
+    From 3.14 on, asyncio's pure-Python Task registers with the pure-Python current_task()
+    and all_tasks() only, so TaskGroup, timeout() and the tests' own calls would not find the
+    running _PyTask.  CPython's Py* test classes swap the functions in for the same reason.
+    Before 3.14 the pure-Python Task registers with the C functions as well.  The loop's own
+    tasks are made pure-Python too (asyncio.Task, as those classes do): a C task made by the
+    loop's default factory would be invisible to the pure-Python all_tasks().
+    """
+    import asyncio
+    from asyncio import futures, tasks
+
+    if sys.version_info < (3, 14):
+        return
+    for name in ("current_task", "all_tasks"):
+        py = getattr(tasks, "_py_" + name)
+        setattr(asyncio, name, py)
+        setattr(tasks, name, py)
+    asyncio.Task = tasks.Task = tasks._PyTask
+    asyncio.Future = futures.Future = futures._PyFuture
 
 
 def install_target(raw_factory):
@@ -122,18 +170,27 @@ def install_target(raw_factory):
         Counters.target_loops += 1
         return loop
 
-    base_policy = asyncio.DefaultEventLoopPolicy
+    base_policy = default_policy_class()
     policy_cls = type(
         "TargetEventLoopPolicy",
         (base_policy,),
         {"_loop_factory": staticmethod(factory), "__module__": __name__},
     )
-    asyncio.DefaultEventLoopPolicy = policy_cls
-    for modname in ("unix_events", "windows_events"):
-        mod = getattr(asyncio, modname, None)
-        if mod is not None and getattr(mod, "DefaultEventLoopPolicy", None) is base_policy:
-            mod.DefaultEventLoopPolicy = policy_cls
-    asyncio.set_event_loop_policy(None)
+    if PRIVATE_POLICY_NAMES:
+        # 3.14+: asyncio makes its default policy from unix_events._DefaultEventLoopPolicy,
+        # and its module __getattr__ answers asyncio.DefaultEventLoopPolicy (with the
+        # deprecation warning) from that name as well.  test_utils bound its own alias at
+        # import.
+        asyncio.unix_events._DefaultEventLoopPolicy = policy_cls
+        if getattr(test_utils, "DefaultEventLoopPolicy", None) is base_policy:
+            test_utils.DefaultEventLoopPolicy = policy_cls
+    else:
+        asyncio.DefaultEventLoopPolicy = policy_cls
+        for modname in ("unix_events", "windows_events"):
+            mod = getattr(asyncio, modname, None)
+            if mod is not None and getattr(mod, "DefaultEventLoopPolicy", None) is base_policy:
+                mod.DefaultEventLoopPolicy = policy_cls
+    reset_policy()
 
     # Diagnostic: count stdlib loops created outside the target factory.
     original_init = base_events.BaseEventLoop.__init__
@@ -222,6 +279,26 @@ def _bind_value(spec: str, task_cls, future_cls):
         return lambda self: future_cls
     if spec == "asyncio.current_task":
         return staticmethod(asyncio.current_task)
+    # 3.14's BaseTaskTests call self.all_tasks() and self.current_task(): the functions that
+    # see the tasks of the Task class under test.  asyncio's public ones see the C Task and
+    # the tasks that register with them (snakeloop's).  From 3.14 on, asyncio's pure-Python
+    # Task registers with the pure-Python functions only, as CPython's PyTask_PyFuture_Tests
+    # binds them; before, it registered with the C ones as well.
+    if spec in ("all_tasks", "current_task"):
+        from asyncio import tasks
+
+        if sys.version_info >= (3, 14) and task_cls is getattr(tasks, "_PyTask", None):
+            return staticmethod(getattr(tasks, "_py_" + spec))
+        return staticmethod(getattr(asyncio, spec))
+    # test_free_threading's task factories (3.14+): (loop, coro, **kwargs) -> a task.
+    if spec == "Task(coro, loop=loop, **kwargs)":
+        return lambda self, loop, coro, **kwargs: task_cls(coro, loop=loop, **kwargs)
+    if spec == "Task(coro, loop=loop, eager_start=True, **kwargs)":
+
+        def eager(self, loop, coro, eager_start=True, **kwargs):
+            return task_cls(coro, loop=loop, eager_start=eager_start, **kwargs)
+
+        return eager
     raise ValueError(f"selection.toml: unknown bind value {spec!r}")
 
 
@@ -281,9 +358,30 @@ def _loop_class(mod, name, entry, factory):
         def setUp(self):
             super(owner, self).setUp()
             self.loop = factory()
-            self.set_event_loop(self.loop)
+            if hasattr(self, "set_event_loop"):  # test_utils.TestCase: closes it too
+                self.set_event_loop(self.loop)
+            else:  # a plain unittest.TestCase (3.14's UnixPipeObjectSupportTests)
+                self.addCleanup(self.loop.close)
 
         return _make_class(mod, name, bases, {"setUp": setUp})
+    if how == "loop_factory":
+        # An IsolatedAsyncioTestCase whose class attribute loop_factory (3.13+) names a
+        # stdlib loop (3.14's test_taskgroups: asyncio.EventLoop) bypasses the policy.
+        # Before 3.13 the attribute is ignored and the policy gives the target anyway.
+        task_factory = entry.get("task_factory")
+        if task_factory is None:
+            loop_factory = factory
+        else:
+            import asyncio
+
+            set_up_tasks = getattr(asyncio, task_factory)
+
+            def loop_factory():
+                loop = factory()
+                loop.set_task_factory(set_up_tasks)
+                return loop
+
+        return _make_class(mod, name, bases, {"loop_factory": staticmethod(loop_factory)})
     raise ValueError(f"selection.toml: {mod.__name__}.{name}: unknown how={how!r}")
 
 
@@ -393,9 +491,7 @@ class EventResult(unittest.TestResult):
     def startTest(self, test):
         super().startTest(test)
         if self.reset_policy:
-            import asyncio
-
-            asyncio.set_event_loop_policy(None)
+            reset_policy()
         Counters.target_loops = Counters.stdlib_loops = 0
         tid = _data.short_id(test.id())
         self.current = {
@@ -516,6 +612,8 @@ def main(argv=None):
     try:
         selection = _data.load_selection()
         raw_factory, task_cls, future_cls = resolve_target(args.target)
+        if args.target == "stdlib-py" and args.mode == "task":
+            use_py_task_registry()
         factory = install_target(raw_factory)
         apply_shims()
         plan = plan_module(

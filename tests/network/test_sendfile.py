@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import io
 import os
 import socket
 import threading
 
 import pytest
-from _loopkit import Raised, closing_socket_pair, differential, run_within
+from _loopkit import Raised, closing_socket_pair, differential, run_within, stdlib_xfail
 
 GUARD = 10.0  # a hang guard, never a timing assertion
 DATA = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
 
 
 run = run_within(GUARD)
+
+# gh-150107 (3.14.x, 3.15): asyncio's sendfile reads from ``offset`` even when
+# it is 0 and the file is positioned elsewhere (the fallbacks used to seek
+# only to a non-zero offset), and leaves the file just after the last byte
+# sent even when none was (the native path used to seek only after sending).
+# snakeloop does both on every Python; the stdlib loop of a Python without
+# the fix is expected to fail these tests.  Whether it has the fix is read
+# off asyncio's own helpers.
+_STDLIB_FALLBACK_SKIPS_OFFSET_0 = "if offset:" in inspect.getsource(
+    asyncio.base_events.BaseEventLoop._sock_sendfile_fallback
+)
+_STDLIB_NATIVE_SEEKS_ONLY_AFTER_SENDING = (
+    "total_sent"
+    in inspect.signature(
+        asyncio.unix_events._UnixSelectorEventLoop._sock_sendfile_update_filepos
+    ).parameters
+)
 
 
 async def read_all(loop, sock):
@@ -109,6 +127,20 @@ def test_sock_sendfile_fallback_for_a_file_without_fd(any_loop):
         sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, f, 10, 300_000))
         assert (sent, got) == (300_000, DATA[10:300_010])
         assert f.tell() == 300_010
+
+
+@stdlib_xfail(
+    condition=_STDLIB_FALLBACK_SKIPS_OFFSET_0,
+    reason="asyncio before gh-150107 reads from the file's position at offset 0",
+    strict=True,
+)
+def test_sock_sendfile_fallback_reads_from_offset_0_wherever_the_file_is(any_loop):
+    f = io.BytesIO(DATA)
+    f.seek(0, os.SEEK_END)
+    with closing_socket_pair() as (a, b):
+        sent, got = run(any_loop, sendfile_and_read(any_loop, a, b, f, 0))
+        assert (sent, got) == (len(DATA), DATA)
+        assert f.tell() == len(DATA)
 
 
 def test_sock_sendfile_no_fallback_raises(any_loop):
@@ -415,6 +447,39 @@ def test_sendfile_whole_file_with_small_buffers(any_loop, data_file, path):
     assert data_file.tell() == len(DATA)
     # pause/resume during sendfile go to the stand-in protocol, never here.
     assert [e for e in events if e in ("pause", "resume")] == []
+
+
+@pytest.mark.parametrize("offset", [0, len(DATA) // 2, len(DATA)])
+@pytest.mark.parametrize("path", ["native", "fallback"])
+def test_sendfile_sends_from_the_offset_and_leaves_the_file_at_its_end(
+    request, loop_kind, any_loop, data_file, path, offset
+):
+    # Wherever the file was positioned before, and even when nothing is left
+    # to send (offset at the end), as asyncio's sendfile does since gh-150107.
+    # Before it, asyncio's fallback read from the position at offset 0, and
+    # its native path left the position alone when it sent nothing.
+    if path == "fallback":
+        stale = _STDLIB_FALLBACK_SKIPS_OFFSET_0 and offset == 0
+    else:
+        stale = _STDLIB_NATIVE_SEEKS_ONLY_AFTER_SENDING and offset == len(DATA)
+    if stale and loop_kind == "stdlib":
+        request.applymarker(
+            pytest.mark.xfail(reason="asyncio before gh-150107 (see above)", strict=True)
+        )
+    if path == "fallback":
+        _force_fallback(any_loop)
+    data_file.seek(123)
+
+    async def main():
+        async with connection(any_loop) as (transport, client, server):
+            sent = await any_loop.sendfile(transport, data_file, offset)
+            transport.close()
+            await server.done
+            return sent, bytes(server.data)
+
+    sent, got = run(any_loop, main())
+    assert (sent, got) == (len(DATA) - offset, DATA[offset:])
+    assert data_file.tell() == len(DATA)
 
 
 def test_sendfile_write_is_refused_while_native_sendfile_runs(any_loop, data_file):

@@ -594,10 +594,12 @@ def test_sendto_after_close_warns_past_the_threshold(caplog):
     assert ref[1] == (["socket.send() raised exception."] * 6, [])
 
 
-def test_sendto_after_close_unconnected_is_dropped_too(loop, caplog):
-    """snakeloop: an unconnected endpoint counts and drops late datagrams as well.
+def test_sendto_after_close_unconnected_sends_until_connection_lost(loop, caplog):
+    """An unconnected endpoint sends while it closes, as asyncio's does; once
+    connection_lost came, snakeloop counts and drops what follows.
 
-    (asyncio sends them before connection_lost and raises AttributeError after.)
+    (asyncio raises AttributeError on its socket, gone by then, and reports a
+    fatal write error; see the next test for the closing part against it.)
     """
 
     async def main():
@@ -608,16 +610,18 @@ def test_sendto_after_close_unconnected_is_dropped_too(loop, caplog):
         with caplog.at_level(logging.WARNING, logger="asyncio"):
             for _ in range(10):
                 c_tr.sendto(b"late", addr)
-        await c_proto.lost
-        c_tr.sendto(b"later", addr)
+            await c_proto.lost
+            c_tr.sendto(b"later", addr)
+        while len(s_proto.datagrams) < 10:  # the run's guard bounds this
+            await asyncio.sleep(0.001)
         for _ in range(5):
             await asyncio.sleep(0)
         await close(s_tr, s_proto)
-        return s_proto.datagrams
+        return [data for data, _ in s_proto.datagrams]
 
-    assert run(loop, main()) == []
-    # 10 after close(), 1 after connection_lost: all but the first 4 warn.
-    assert [r.getMessage() for r in caplog.records] == ["socket.send() raised exception."] * 7
+    assert run(loop, main()) == [b"late"] * 10
+    # One dropped after connection_lost: under the threshold of the warning.
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def test_set_write_buffer_limits_checks(any_loop):
@@ -987,3 +991,42 @@ def test_cancelled_endpoint_creation_closes_the_socket(any_loop):
 
     # The leak guard fails the test if the socket stays open.
     run(any_loop, main())
+
+
+def test_a_transport_closed_by_error_received_still_sends_until_its_socket_goes():
+    # asyncio drops datagrams after close() only for a transport with a fixed
+    # remote address; one without keeps sending while it closes, and each
+    # failure reaches error_received.  Here error_received closes the
+    # transport on the first of two oversized datagrams: the second fails
+    # too, and connection_lost still comes.
+    def scenario(loop):
+        class Closer(asyncio.DatagramProtocol):
+            def connection_made(self, transport):
+                self.transport = transport
+                self.events = []
+                self.lost = loop.create_future()
+
+            def error_received(self, exc):
+                self.events.append(("error", type(exc).__name__))
+                self.transport.close()
+
+            def connection_lost(self, exc):
+                self.events.append(("lost", exc))
+                self.lost.set_result(None)
+
+        async def main():
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            sock.bind(("127.0.0.1", 0))
+            transport, proto = await loop.create_datagram_endpoint(Closer, sock=sock)
+            addr = sock.getsockname()
+            transport.sendto(b"\0" * 70000, addr)  # over the 65507-byte limit
+            transport.sendto(b"\0" * 70000, addr)
+            await proto.lost
+            return proto.events
+
+        return loop.run_until_complete(main())
+
+    ref, got = differential(scenario)
+    assert got == ref
+    assert ref == ("ok", [("error", "OSError"), ("error", "OSError"), ("lost", None)])

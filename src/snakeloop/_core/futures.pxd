@@ -78,4 +78,7 @@ cdef unsigned long long _tasks_named
 cdef inline object _copy_context()
 
 cdef inline object _task_name_counter()
-cdef bint _PY312, _PY313
+cdef bint _PY312, _PY313, _PY315
+cdef object _Context
+
+cdef object _refuse_second_init(object fut)

@@ -121,9 +121,23 @@ _FINISHED = "FINISHED"
 
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
+# 3.15 refuses a second __init__ of a Future or Task, and a Task context that
+# is not a contextvars.Context (gh-157301).
+_PY315 = sys.version_info >= (3, 15)
+_Context = contextvars.Context
 
 _CancelledError = exceptions.CancelledError
 _InvalidStateError = exceptions.InvalidStateError
+
+
+def _refuse_second_init(fut: Any) -> None:
+    """3.15: a Future or Task is initialized once (its loop is set by then)."""
+    try:
+        loop = fut._loop
+    except AttributeError:  # interpreted: the slot is still empty
+        return
+    if loop is not None:
+        raise RuntimeError(f"{fut.__class__.__name__} object is already initialized")
 
 
 def _copy_context() -> Context:
@@ -253,6 +267,8 @@ class Future(_TypingOnlyGeneric[_T]):
             drop_empty_dict(self)
 
     def __init__(self, *, loop: AbstractEventLoop | None = None) -> None:
+        if _PY315:
+            _refuse_second_init(self)
         if loop is None:
             loop = _default_loop()
         # Every attribute is set here, in one order, even where the class
@@ -594,6 +610,8 @@ class Task(Future[_T]):
         if eager_start and not _PY312:
             # Eager start came with 3.12; 3.11's Task has no such argument.
             _refuse_keyword("eager_start")
+        if _PY315:
+            _refuse_second_init(self)
         self._setup(coro, loop, name, context, eager_start, 1)
         self = None  # type: ignore[assignment]  # an eager first step ran under this frame
 
@@ -645,6 +663,9 @@ class Task(Future[_T]):
         self._coro = coro
         if context is None:
             context = _copy_context()
+        elif _PY315 and not isinstance(context, _Context):
+            self._log_destroy_pending = False
+            raise TypeError(f"a contextvars.Context was expected, got {type(context).__name__}")
         self._context = context
         if eager_start and loop.is_running():
             self._eager_start()

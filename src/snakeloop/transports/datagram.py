@@ -218,8 +218,12 @@ class DatagramSocketTransport(SocketTransportBase):
                 if addr not in (None, self._address):
                     raise ValueError(f"Invalid address: must be None or {self._address}")
                 addr = self._address
-            if self._conn_lost:
+            if self._conn_lost and (self._address or self._sock is None):
                 # Closed: drop it, and say so once the caller keeps trying.
+                # Only with a fixed remote address, as asyncio: a closing
+                # transport without one still sends, and reports its errors
+                # to error_received (once the socket is gone, asyncio fails
+                # on it; this drops the datagram instead).
                 if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
                     logger.warning("socket.send() raised exception.")
                 self._conn_lost += 1
@@ -272,8 +276,12 @@ class DatagramSocketTransport(SocketTransportBase):
                 if addr not in (None, self._address):
                     raise ValueError(f"Invalid address: must be None or {self._address}")
                 addr = self._address
-            if self._conn_lost:
+            if self._conn_lost and (self._address or self._sock is None):
                 # Closed: drop it, and say so once the caller keeps trying.
+                # Only with a fixed remote address, as asyncio: a closing
+                # transport without one still sends, and reports its errors
+                # to error_received (once the socket is gone, asyncio fails
+                # on it; this drops the datagram instead).
                 if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
                     logger.warning("socket.send() raised exception.")
                 self._conn_lost += 1
