@@ -272,6 +272,13 @@ def test_json_is_the_snapshot_of_the_programs_loop(blocked):
     ]
 
 
+# Where main waits in ``async with TaskGroup()``, innermost first: 3.14 moved the wait from
+# TaskGroup.__aexit__ into TaskGroup._aexit, which __aexit__ awaits.
+TASK_GROUP_EXIT = (
+    (("TaskGroup._aexit", "asyncio/taskgroups.py"),) if hasattr(asyncio.TaskGroup, "_aexit") else ()
+) + (("TaskGroup.__aexit__", "asyncio/taskgroups.py"),)
+
+
 def _ps_line(*values: object) -> str:
     widths = (10, 20, 20, 50, 50, 15, 15)
     return " ".join(f"{value!s:<{width}}" for value, width in zip(values, widths, strict=True))
@@ -282,7 +289,7 @@ def test_ps_prints_the_table_of_python_m_asyncio_ps(blocked):
     done = blocked.snakeloop("ps", str(blocked.pid))
     assert done.returncode == 0, done.stderr
     pid = blocked.pid
-    main_stack = "TaskGroup.__aexit__ -> main"
+    main_stack = " -> ".join(f[0] for f in TASK_GROUP_EXIT) + " -> main"
     assert done.stdout.splitlines() == [
         _ps_line(
             "tid",
@@ -321,24 +328,27 @@ def test_ps_prints_the_table_of_python_m_asyncio_ps(blocked):
 
 def test_pstree_prints_the_tree_of_python_m_asyncio_pstree(blocked):
     snapshot = blocked.snapshot()
-    aexit = _stdlib_frame(_task(snapshot, "Task-1"), "TaskGroup.__aexit__", "asyncio/taskgroups.py")
+    main = _task(snapshot, "Task-1")
+    # Outermost first, as the tree goes down: __aexit__, then (3.14) _aexit.
+    exits = [_stdlib_frame(main, name, file) for name, file in reversed(TASK_GROUP_EXIT)]
     get = _stdlib_frame(_task(snapshot, "worker-1"), "Queue.get", "asyncio/queues.py")
     done = blocked.snakeloop("pstree", str(blocked.pid))
     assert done.returncode == 0, done.stderr
+    below = "    " * (len(exits) + 1)  # the group's tasks hang below its last frame
     assert done.stdout.splitlines() == [
         "└── (T) Task-1",
         f"    └──  main program.py:{MAIN_LINE}",
-        f"        └──  {aexit}",
-        "            ├── (T) supervisor",
-        f"            │   └──  supervisor program.py:{SUPERVISOR_LINE}",
-        "            │       └── (T) worker-1",
-        f"            │           └──  worker program.py:{WORKER_LINE}",
-        f"            │               └──  consume program.py:{CONSUME_LINE}",
-        f"            │                   └──  {get}",
-        "            └── (T) worker-1",
-        f"                └──  worker program.py:{WORKER_LINE}",
-        f"                    └──  consume program.py:{CONSUME_LINE}",
-        f"                        └──  {get}",
+        *[f"    {'    ' * depth}└──  {frame}" for depth, frame in enumerate(exits, 1)],
+        f"    {below}├── (T) supervisor",
+        f"    {below}│   └──  supervisor program.py:{SUPERVISOR_LINE}",
+        f"    {below}│       └── (T) worker-1",
+        f"    {below}│           └──  worker program.py:{WORKER_LINE}",
+        f"    {below}│               └──  consume program.py:{CONSUME_LINE}",
+        f"    {below}│                   └──  {get}",
+        f"    {below}└── (T) worker-1",
+        f"    {below}    └──  worker program.py:{WORKER_LINE}",
+        f"    {below}        └──  consume program.py:{CONSUME_LINE}",
+        f"    {below}            └──  {get}",
     ]
 
 
