@@ -352,6 +352,79 @@ def test_pstree_prints_the_tree_of_python_m_asyncio_pstree(blocked):
     ]
 
 
+# The child with asyncio's C tasks, which 3.14's ``python -m asyncio ps|pstree`` read out of
+# a process's memory (it sees no other kind: not snakeloop's own Task), on a snakeloop loop.
+C_TASKS_PROGRAM = program().replace(
+    "asyncio.run(main())",
+    "import snakeloop\n"
+    "asyncio.run(main(), loop_factory=lambda: snakeloop.new_event_loop(stdlib_futures=True))",
+)
+
+
+def _tree(lines: list[str]) -> list[Any]:
+    """A pstree drawing as nested [label, children], each node's children in one order:
+    3.14's own lists a task's awaiters in the order of a set, which changes from run to run.
+    """
+    root: list[Any] = ["", []]
+    stack = [root]
+    for line in lines:
+        depth = line.index("── ") // 4
+        node: list[Any] = [line[line.index("── ") + 3 :], []]
+        del stack[depth + 1 :]
+        stack[-1][1].append(node)
+        stack.append(node)
+
+    def settle(node: list[Any]) -> list[Any]:
+        return [node[0], sorted(settle(kid) for kid in node[1])]
+
+    return settle(root)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="python -m asyncio ps|pstree are 3.14's")
+@pytest.mark.parametrize("command", ["ps", "pstree"])
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        "c",
+        pytest.param(
+            "snakeloop",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="issue 37 item 4: python -m asyncio ps|pstree read C asyncio.Task "
+                "objects out of the process's memory and list none of snakeloop's own Task",
+            ),
+        ),
+    ],
+)
+def test_the_same_output_as_python_m_asyncio(tmp_path, command, tasks):
+    source = C_TASKS_PROGRAM if tasks == "c" else program()
+    with child(tmp_path, source=source) as running:
+        ours = running.snakeloop(command, str(running.pid))
+        theirs = subprocess.run(
+            [sys.executable, "-m", "asyncio", command, str(running.pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=running.env,
+        )
+    assert theirs.returncode == 0, theirs.stderr
+    assert ours.returncode == 0, ours.stderr
+    if command == "ps":
+        # The same header and rows; 3.14's come in the order of its task list and of a set.
+        head, rows = ours.stdout.splitlines()[:2], ours.stdout.splitlines()[2:]
+        assert theirs.stdout.splitlines()[:2] == head
+        assert sorted(theirs.stdout.splitlines()[2:]) == sorted(rows)
+        assert len(rows) == 4
+    else:
+        # snakeloop's file names are relative, to the program's directory or the stdlib's.
+        stdlib_dir = os.path.dirname(os.__file__)
+        theirs_text = theirs.stdout.replace(f"{tmp_path}{os.sep}", "")
+        theirs_text = theirs_text.replace(f"{stdlib_dir}{os.sep}", "")
+        assert _tree(theirs_text.splitlines()) == _tree(ours.stdout.splitlines())
+        assert len(ours.stdout.splitlines()) == 14
+
+
 def test_pstree_json_and_ps_json_give_the_same_data(blocked):
     first = blocked.snakeloop("pstree", "--json", str(blocked.pid))
     second = blocked.snakeloop("ps", "--json", str(blocked.pid))
