@@ -126,8 +126,10 @@ class MixedTaskFactory:
     def __init__(self, *classes: Any) -> None:
         self.kinds = itertools.cycle(classes)
 
-    def __call__(self, loop: Any, coro: Any, context: Any = None) -> Any:
-        return next(self.kinds)(coro, loop=loop, context=context)
+    def __call__(self, loop: Any, coro: Any, **kwargs: Any) -> Any:
+        # Every keyword as given: 3.14's create_task hands the factory name=, context=,
+        # eager_start= and the rest (gh-128307), where 3.13 passed only context=.
+        return next(self.kinds)(coro, loop=loop, **kwargs)
 
 
 # The seed of the running test's run under --snakeloop-seed/--snakeloop-seeds (the plugin's

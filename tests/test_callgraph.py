@@ -8,7 +8,9 @@ Task (a snakeloop loop with ``stdlib_futures=True``, and the stdlib loop), on
 ``_PyTask`` and on a snakeloop loop that mixes all three, and compares the
 whole text of ``format_call_graph`` with text built from the scenario's own
 source: line numbers come from ``inspect`` (this file's functions and
-asyncio's), ids from the task objects.
+asyncio's), ids from the task objects.  On 3.14+ each graph is also taken by
+asyncio's own ``format_call_graph`` from the same line, and where the tasks are
+all C ones the two must agree (awaiters in any order: 3.14 keeps them in a set).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import asyncio
 import dataclasses
 import inspect
 import io
+import sys
 from typing import Any
 
 import pytest
-from _loopkit import MixedTaskFactory, close_loop, py_task_factory
+from _loopkit import MixedTaskFactory, PyTask, close_loop, py_task_factory
 
 import snakeloop
 from snakeloop._core.futures import Task as SnakeTask
@@ -37,10 +40,9 @@ def make_loop(kind):
     if kind == "stdlib-py":
         loop.set_task_factory(py_task_factory)
     elif kind == "mixed":
-        # A snakeloop Task, a C Task and a _PyTask in turn.
-        loop.set_task_factory(
-            MixedTaskFactory(SnakeTask, asyncio.tasks._CTask, asyncio.tasks._PyTask)
-        )
+        # A snakeloop Task, a C Task and a _PyTask in turn (_loopkit's, which is
+        # current to asyncio.current_task() on 3.14 too).
+        loop.set_task_factory(MixedTaskFactory(SnakeTask, asyncio.tasks._CTask, PyTask))
     return loop
 
 
@@ -94,11 +96,63 @@ def group_wait():
     return [at(tg.__aexit__, "await self._on_completed_fut")]
 
 
+# 3.14's own format_call_graph, to hold snakeloop's against where asyncio has one.
+ASYNCIO_FORMAT = getattr(asyncio, "format_call_graph", None)
+
+
+def stdlib_format(future=None, *, depth=1, limit=None):
+    """asyncio's format_call_graph from the caller (3.14+; else None), or what it raised."""
+    if ASYNCIO_FORMAT is None:
+        return None
+    try:
+        return ASYNCIO_FORMAT(future, depth=depth + 1, limit=limit)  # + this frame
+    except Exception as exc:  # noqa: BLE001 - what it raised is the result
+        return f"raised {type(exc).__name__}"
+
+
+def canonical(graph_text):
+    """On 3.14+ each node's awaiters in one order: asyncio lists them in the order of a set
+    (``_asyncio_awaited_by``), which changes from run to run.  Before 3.14 the order is
+    snakeloop's own (that of the done callbacks), kept as it is."""
+    if sys.version_info < (3, 14):
+        return graph_text
+    return "\n".join(_canonical_block(graph_text.split("\n"), 0))
+
+
+def _canonical_block(lines, level):
+    pad = "    " * level
+    try:
+        split = lines.index(f"{pad}  + Awaited by:") + 1
+    except ValueError:
+        return lines
+    children, start = [], split
+    for i in range(split + 1, len(lines) + 1):
+        if i == len(lines) or lines[i].startswith(f"{pad}    * "):
+            children.append(_canonical_block(lines[start:i], level + 1))
+            start = i
+    return lines[:split] + [line for child in sorted(children) for line in child]
+
+
+def only_c(box):
+    """Whether the scenario ran on asyncio's C tasks and futures alone."""
+    c_types = (asyncio.tasks._CTask, asyncio.futures._CFuture)
+    return bool(box.tasks) and all(type(obj) in c_types for obj in box.tasks.values())
+
+
+def check(box, expected):
+    """snakeloop's graph is the expected one; on C tasks alone, asyncio's own too (3.14+)."""
+    assert canonical(box.text) == canonical(text(expected))
+    if box.stdlib is not None and only_c(box):
+        assert canonical(box.stdlib) == canonical(box.text)
+
+
 class Box:
-    """What a scenario records while it runs: the graph's text, tasks by role."""
+    """What a scenario records while it runs: the graph's text (snakeloop's, and asyncio's
+    own from the same line on 3.14+), tasks by role."""
 
     def __init__(self):
         self.text: str | None = None
+        self.stdlib: str | None = None
         self.tasks: dict[str, Any] = {}
         self.graph: Any = None
 
@@ -110,7 +164,7 @@ class Box:
 
 
 def tg_leaf(box):
-    box.text = snakeloop.format_call_graph()
+    box.text, box.stdlib = snakeloop.format_call_graph(), stdlib_format()
 
 
 async def tg_c4(box):
@@ -148,7 +202,7 @@ def test_task_group(loop):
     expected = node(
         box.tasks["c2_root"],
         [
-            at(tg_leaf, "box.text =", tag=None),
+            at(tg_leaf, "box.text, box.stdlib =", tag=None),
             at(tg_c4, "tg_leaf(box)"),
             at(tg_c3, "await tg_c4"),
             at(tg_c2, "await tg_c3"),
@@ -159,11 +213,41 @@ def test_task_group(loop):
             node(box.tasks["sub_main_2"], c1_stack, [main]),
         ],
     )
-    assert box.text == text(expected)
+    check(box, expected)
+
+
+@pytest.mark.skipif(ASYNCIO_FORMAT is None, reason="asyncio.format_call_graph is 3.14's")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "c",
+        pytest.param(
+            "snakeloop",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="issue 37 item 4: asyncio's capture_call_graph reads "
+                "_asyncio_awaited_by off every future it visits, which snakeloop's "
+                "Task lacks (AttributeError), and 3.14's future_add_to_awaited_by, "
+                "the C one, records C futures and tasks only",
+            ),
+        ),
+    ],
+)
+def test_asyncios_own_call_graph_sees_the_loops_tasks(kind):
+    # The graph asyncio itself gives of a snakeloop loop's tasks, here a TaskGroup's,
+    # is snakeloop's: with C tasks, and (not yet) with snakeloop's own Task.
+    loop = make_loop(kind)
+    try:
+        box = Box()
+        loop.run_until_complete(tg_main(box))
+    finally:
+        close_loop(loop)
+    assert canonical(box.stdlib) == canonical(box.text)
 
 
 async def ag_nested(box):
-    box.text = snakeloop.format_call_graph()
+    box.text, box.stdlib = snakeloop.format_call_graph(), stdlib_format()
 
 
 async def ag_gen(box):
@@ -185,18 +269,18 @@ def test_async_generator(loop):
     expected = node(
         box.tasks["main"],
         [
-            at(ag_nested, "box.text ="),
+            at(ag_nested, "box.text, box.stdlib ="),
             at(ag_gen, "await ag_nested", tag="async generator"),
             at(ag_main, "async for _ in"),
         ],
     )
-    assert box.text == text(expected)
+    check(box, expected)
 
 
 async def deep(box):
     box.me("deep")
     await asyncio.sleep(0)
-    box.text = snakeloop.format_call_graph()
+    box.text, box.stdlib = snakeloop.format_call_graph(), stdlib_format()
 
 
 async def via_c1(box):
@@ -243,10 +327,10 @@ def test_combinators(loop, main, snippet, child, child_snippet):
     loop.run_until_complete(main(box))
     expected = node(
         box.tasks["deep"],
-        [at(deep, "box.text ="), at(child, child_snippet)],
+        [at(deep, "box.text, box.stdlib ="), at(child, child_snippet)],
         [node(box.tasks["main"], [at(main, snippet)])],
     )
-    assert box.text == text(expected)
+    check(box, expected)
 
 
 async def wait_c2():
@@ -279,10 +363,10 @@ def test_wait(loop):
     ]
     expected = node(
         box.tasks["deep"],
-        [at(deep, "box.text ="), at(timeout_c1, "await deep")],
+        [at(deep, "box.text, box.stdlib ="), at(timeout_c1, "await deep")],
         [node(box.tasks["main"], waiting)],
     )
-    assert box.text == text(expected)
+    check(box, expected)
 
 
 async def nested_c1(box):
@@ -303,7 +387,7 @@ def test_nested_task(loop):
     loop.run_until_complete(nested_main(box))
     expected = node(
         box.tasks["deep"],
-        [at(deep, "box.text ="), at(nested_c1, "await deep")],
+        [at(deep, "box.text, box.stdlib ="), at(nested_c1, "await deep")],
         [
             node(
                 box.tasks["main"],
@@ -311,7 +395,7 @@ def test_nested_task(loop):
             )
         ],
     )
-    assert box.text == text(expected)
+    check(box, expected)
 
 
 async def fut_a2(fut):
@@ -335,7 +419,7 @@ async def fut_main(box):
         box.tasks["B"] = g.create_task(fut_b1(fut), name="task B")
         for _ in range(5):
             await asyncio.sleep(0)
-        box.text = snakeloop.format_call_graph(fut)
+        box.text, box.stdlib = snakeloop.format_call_graph(fut), stdlib_format(fut)
         fut.set_result(None)
 
 
@@ -343,7 +427,7 @@ def test_future_awaited_by_two_tasks(loop):
     box = Box()
     loop.run_until_complete(fut_main(box))
     # The main task is running: its coroutine awaits nothing, so one frame.
-    main = node(box.tasks["main"], [at(fut_main, "box.text =")])
+    main = node(box.tasks["main"], [at(fut_main, "box.text, box.stdlib =")])
     expected = node(
         box.tasks["fut"],
         [],
@@ -352,7 +436,7 @@ def test_future_awaited_by_two_tasks(loop):
             node(box.tasks["B"], [at(fut_b1, "await fut")], [main]),
         ],
     )
-    assert box.text == text(expected)
+    check(box, expected)
     assert box.text.startswith("* Future(id=")
 
 
@@ -360,7 +444,10 @@ def test_future_awaited_by_two_tasks(loop):
 
 
 def limit_helper(box, limit):
-    box.text = snakeloop.format_call_graph(depth=2, limit=limit)
+    box.text, box.stdlib = (
+        snakeloop.format_call_graph(depth=2, limit=limit),
+        stdlib_format(depth=2, limit=limit),
+    )
 
 
 async def limit_inner(box, limit):
@@ -394,7 +481,7 @@ def test_depth_and_limit(loop, limit):
         inner = inner[-limit:] if limit > 0 else inner[:-limit] if limit < 0 else []
         outer = outer[-limit:] if limit > 0 else outer[:-limit] if limit < 0 else []
     expected = node(box.tasks["inner"], inner, [node(box.tasks["main"], outer)])
-    assert box.text == text(expected)
+    check(box, expected)
 
 
 async def sleeper(box, event):
@@ -413,7 +500,7 @@ async def other_main(box):
     asyncio.create_task(watcher(box, task), name="watcher")
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    box.text = snakeloop.format_call_graph(task)
+    box.text, box.stdlib = snakeloop.format_call_graph(task), stdlib_format(task)
     box.graph = snakeloop.capture_call_graph(task)
     event.set()
     await task
@@ -427,7 +514,7 @@ def test_a_task_that_is_not_the_current_one(loop):
         [at(asyncio.Event.wait, "await fut"), at(sleeper, "await event.wait")],
         [node(box.tasks["watcher"], [at(watcher, "await task")])],
     )
-    assert box.text == text(expected)
+    check(box, expected)
     graph = box.graph
     assert isinstance(graph, FutureCallGraph)
     assert graph.future is box.tasks["sleeper"]
@@ -512,7 +599,10 @@ async def cycle_main(box):
     box.tasks["two"] = asyncio.create_task(cycle_one(box, "one"), name="two")
     for _ in range(3):
         await asyncio.sleep(0)
-    box.text = snakeloop.format_call_graph(box.tasks["one"])
+    box.text, box.stdlib = (
+        snakeloop.format_call_graph(box.tasks["one"]),
+        stdlib_format(box.tasks["one"]),
+    )
     box.tasks["one"].cancel()
     await asyncio.gather(box.tasks["one"], box.tasks["two"], return_exceptions=True)
 
@@ -522,11 +612,15 @@ def test_a_cycle_of_awaits_is_cut_where_it_closes(loop):
     loop.run_until_complete(cycle_main(box))
     stack = [at(cycle_one, "await asyncio.shield(box")]
     expected = node(box.tasks["one"], stack, [node(box.tasks["two"], stack)])
-    assert box.text == text(expected)
+    assert canonical(box.text) == canonical(text(expected))
+    if box.stdlib is not None and only_c(box):
+        # The departure snakeloop's module docstring names: 3.14's own recurses without end.
+        assert box.stdlib == "raised RecursionError"
 
 
 def explicit_helper(box):
-    box.text = snakeloop.format_call_graph(asyncio.current_task())
+    me = asyncio.current_task()
+    box.text, box.stdlib = snakeloop.format_call_graph(me), stdlib_format(me)
 
 
 async def explicit_main(box):
@@ -538,9 +632,12 @@ def test_the_current_task_passed_as_future_shows_its_running_stack(loop):
     box = Box()
     loop.run_until_complete(explicit_main(box))
     # Read from the caller's frame outwards: the coroutine alone would not show the helper.
-    stack = [at(explicit_helper, "box.text =", tag=None), at(explicit_main, "explicit_helper(")]
+    stack = [
+        at(explicit_helper, "box.text, box.stdlib =", tag=None),
+        at(explicit_main, "explicit_helper("),
+    ]
     expected = node(box.tasks["main"], stack)
-    assert box.text == text(expected)
+    check(box, expected)
 
 
 async def finished_child():
@@ -551,19 +648,19 @@ async def finished_main(box):
     task = asyncio.create_task(finished_child(), name="finished")
     await task
     box.tasks["finished"] = task
-    box.text = snakeloop.format_call_graph(task)
+    box.text, box.stdlib = snakeloop.format_call_graph(task), stdlib_format(task)
 
 
 def test_a_finished_task_has_no_stack(loop):
     box = Box()
     loop.run_until_complete(finished_main(box))
-    assert box.text == text(node(box.tasks["finished"], []))
+    check(box, node(box.tasks["finished"], []))
 
 
 def sync_gen_ids(box):
     for i in range(3):
         if i == 1:
-            box.text = snakeloop.format_call_graph()
+            box.text, box.stdlib = snakeloop.format_call_graph(), stdlib_format()
             return
         yield i
 
@@ -582,8 +679,8 @@ def test_a_sync_generator_does_not_end_the_stack(loop):
     box = Box()
     loop.run_until_complete(sync_gen_main(box))
     stack = [
-        at(sync_gen_ids, "box.text =", tag="generator"),
+        at(sync_gen_ids, "box.text, box.stdlib =", tag="generator"),
         at(sync_gen_collect, "return list(", tag=None),
         at(sync_gen_main, "sync_gen_collect(box)"),
     ]
-    assert box.text == text(node(box.tasks["main"], stack))
+    check(box, node(box.tasks["main"], stack))

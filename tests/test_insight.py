@@ -24,7 +24,7 @@ import threading
 import weakref
 
 import pytest
-from _loopkit import FakeClock, close_loop
+from _loopkit import FakeClock, PyTask, close_loop
 
 import snakeloop
 from snakeloop import insight
@@ -34,18 +34,18 @@ KINDS = ("snakeloop", "c", "py", "mixed")
 HERE = os.path.relpath(__file__) if __file__.startswith(os.getcwd() + os.sep) else __file__
 
 
-def py_task_factory(loop, coro, context=None):
-    return asyncio.tasks._PyTask(coro, loop=loop, context=context)
+def py_task_factory(loop, coro, **kwargs):
+    return PyTask(coro, loop=loop, **kwargs)
 
 
 class MixedFactory:
     """Makes a C Task, a snakeloop Task and a _PyTask in turn."""
 
     def __init__(self):
-        self.kinds = itertools.cycle((asyncio.tasks._CTask, SnakeTask, asyncio.tasks._PyTask))
+        self.kinds = itertools.cycle((asyncio.tasks._CTask, SnakeTask, PyTask))
 
-    def __call__(self, loop, coro, context=None):
-        return next(self.kinds)(coro, loop=loop, context=context)
+    def __call__(self, loop, coro, **kwargs):
+        return next(self.kinds)(coro, loop=loop, **kwargs)
 
 
 def make_loop(kind):
@@ -248,14 +248,19 @@ async def wait_for_them(*tasks):
     return await asyncio.wait(tasks)
 
 
-async def in_task_group(ev):
+async def in_task_group(ev, children):
     async with asyncio.TaskGroup() as tg:
-        tg.create_task(wait_event(ev), name="child")
+        children.append(tg.create_task(wait_event(ev), name="child"))
 
 
-def _only_child(loop, parent):
-    (child,) = [t for t in asyncio.all_tasks(loop) if t is not parent]
-    return child
+def task_group_exit():
+    """The frames of a TaskGroup's ``async with`` waiting for its tasks."""
+    if hasattr(asyncio.TaskGroup, "_aexit"):  # 3.14 moved the wait into _aexit
+        return [
+            stdlib(asyncio.TaskGroup.__aexit__, "await self._aexit("),
+            stdlib(asyncio.TaskGroup._aexit, "await self._on_completed_fut"),
+        ]
+    return [stdlib(asyncio.TaskGroup.__aexit__, "await self._on_completed_fut")]
 
 
 def test_shield(loop):
@@ -300,15 +305,16 @@ def test_asyncio_wait(loop):
 
 def test_task_group(loop):
     ev = asyncio.Event()
-    parent = loop.create_task(in_task_group(ev), name="parent")
+    children = []
+    parent = loop.create_task(in_task_group(ev, children), name="parent")
     settle(loop)
-    child = _only_child(loop, parent)
+    (child,) = children
     assert report(loop) == expect(
         header(parent),
         "  awaits Task 'child' (via TaskGroup)",
         frames(
             here(in_task_group, "async with asyncio.TaskGroup()"),
-            stdlib(asyncio.TaskGroup.__aexit__, "await self._on_completed_fut"),
+            *task_group_exit(),
         ),
         header(child),
         frames(here(wait_event, "await ev.wait()"), stdlib(asyncio.Event.wait, "await fut")),
@@ -377,6 +383,38 @@ def test_a_task_that_asks_for_the_report_is_running(loop):
             "  awaited by loop.run_until_complete()",
         )
     ]
+
+
+def test_asyncios_own_py_task_is_in_the_report():
+    # The "py" kind above is _loopkit.PyTask, current to asyncio.current_task() on 3.14.
+    # asyncio's _PyTask itself is in neither of the C registries there (it registers with
+    # and is current to the pure-Python ones only): the report still lists it, running
+    # when it asks for the report itself, waiting otherwise.
+    loop = snakeloop.Loop(clock=FakeClock())
+    loop.set_task_factory(lambda loop, coro, **kw: asyncio.tasks._PyTask(coro, loop=loop, **kw))
+    try:
+        ev = asyncio.Event()
+        waiter = loop.create_task(wait_event(ev), name="waiter")
+        out = []
+        reporter = loop.create_task(report_from_inside(out), name="reporter")
+        loop.run_until_complete(reporter)
+        fut = waiter._fut_waiter
+        assert out == [
+            expect(
+                header(reporter, " running"),
+                frames(here(report_from_inside, "report(io.StringIO())")),
+                "  awaited by loop.run_until_complete()",
+                header(waiter),
+                frames(
+                    here(wait_event, "await ev.wait()"), stdlib(asyncio.Event.wait, "await fut")
+                ),
+                f"  waits on Future (asyncio.Event <unset waiters=1>, id {ident(fut)})",
+            )
+        ]
+        ev.set()
+        loop.run_until_complete(waiter)
+    finally:
+        close_loop(loop)
 
 
 def block_the_loop(entered, release):
@@ -557,7 +595,7 @@ class OwnWakeupTask(asyncio.tasks._PyTask):
 
 def test_an_unknown_wakeup_still_gives_the_edge_from_fut_waiter():
     loop = snakeloop.Loop(clock=FakeClock())
-    loop.set_task_factory(lambda loop, coro, context=None: OwnWakeupTask(coro, loop=loop))
+    loop.set_task_factory(lambda loop, coro, **kwargs: OwnWakeupTask(coro, loop=loop, **kwargs))
     try:
         q = asyncio.Queue()
         consumer = loop.create_task(consume(q), name="consumer")
@@ -583,7 +621,7 @@ def test_creation_site_in_debug_mode_and_from_task_sites(loop):
     else:
         factory = loop.get_task_factory()
         func = factory.__call__ if isinstance(factory, MixedFactory) else factory
-        where = f"{HERE}:{_line(func, '(coro, loop=loop, context=context)')[0]}"
+        where = f"{HERE}:{_line(func, '(coro, loop=loop, **kwargs)')[0]}"
     assert report(loop).splitlines()[0] == f"Task 'w' (id {ident(task)}, created at {where})"
     loop.set_debug(False)
     ev.set()

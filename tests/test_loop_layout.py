@@ -1,10 +1,11 @@
 """A loop keeps its attributes in slots and never makes its ``__dict__`` (see ``Loop.__slots__``).
 
-From 3.13 on, CPython specializes a method call on an instance only while
-the instance's dict is unmade; one stray attribute, or one read of
+On 3.13, CPython specializes a method call on an instance only while the
+instance's dict is unmade; one stray attribute, or one read of
 ``self.__dict__``, and every ``loop.call_soon()`` from Python code takes the
 generic lookup.  Nothing fails then, it only gets slower, so these tests
-say so.
+say so.  From 3.14 a loop keeps its instance attributes inline (its type has
+inline values) and its method calls specialize on those, dict or no dict.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def test_a_loop_puts_nothing_in_its_dict() -> None:
 
 @pytest.mark.skipif(
     sys.implementation.name != "cpython" or sys.version_info < (3, 13),
-    reason="CPython specializes method calls on an instance without a dict from 3.13 on",
+    reason="CPython specializes method calls on a loop (without a dict on 3.13) from 3.13 on",
 )
 def test_method_calls_on_a_loop_that_ran_are_specialized() -> None:
     loop = _run_a_bit_of_everything()
@@ -68,4 +69,7 @@ def test_method_calls_on_a_loop_that_ran_are_specialized() -> None:
 
     call_many(loop)
     names = [i.opname for i in dis.get_instructions(call_many, adaptive=True)]
-    assert "LOAD_ATTR_METHOD_LAZY_DICT" in names, names
+    if sys.version_info >= (3, 14):
+        assert "LOAD_ATTR_METHOD_WITH_VALUES" in names, names
+    else:
+        assert "LOAD_ATTR_METHOD_LAZY_DICT" in names, names

@@ -148,10 +148,35 @@ def test_a_finished_job_counts_until_its_wakeup_has_run(sloop):
 
     async def main():
         future = sloop.run_in_executor(executor, len, "abc")
-        executor.futures[0].set_result(3)
+        # Ended in a thread of its own, as an executor's job ends: from the loop thread
+        # 3.14's wrap_future sets the outcome at once (the next test).
+        ender = threading.Thread(target=executor.futures[0].set_result, args=(3,))
+        ender.start()
+        ender.join()
         # The job is over; its outcome is on its way to the loop, not there yet.
         assert not future.done()
         assert kinds(work(sloop)) == [("executor", "executor job builtins.len")]
+        assert await future == 3
+        assert work(sloop) == []
+
+    run(sloop, main(), GUARD)
+
+
+def test_a_job_ended_in_the_loop_thread(sloop):
+    # Up to 3.13 wrap_future always hands the outcome to the loop with
+    # call_soon_threadsafe; from 3.14 it sets it at once when the job ends in the loop's
+    # own thread, and nothing is left on its way.
+    executor = _HeldExecutor()
+
+    async def main():
+        future = sloop.run_in_executor(executor, len, "abc")
+        executor.futures[0].set_result(3)
+        if sys.version_info >= (3, 14):
+            assert future.done()
+            assert work(sloop) == []
+        else:
+            assert not future.done()
+            assert kinds(work(sloop)) == [("executor", "executor job builtins.len")]
         assert await future == 3
         assert work(sloop) == []
 

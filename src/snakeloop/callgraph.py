@@ -8,11 +8,17 @@ the same text, on 3.11 and later, for snakeloop's Task, asyncio's C Task and
 
 Facts this relies on:
 
-- 3.14 learns who awaits a future from ``_asyncio_awaited_by``, which only its
-  own C and Python futures keep, and only from 3.14 on.  Here the awaiters come
-  from ``_insight.edges``, which reads them off the awaited future's done
-  callbacks (a task's wakeup, gather, shield, wait, TaskGroup) and adds any
-  that 3.14 recorded.  A task awaiting ``gather(a, b)`` awaits ``a`` and ``b``.
+- 3.14 learns who awaits a future from ``_asyncio_awaited_by``, which its
+  tasks, gather, shield, wait and TaskGroup fill through
+  ``future_add_to_awaited_by``; that is the C function, which records C futures
+  awaited by C futures and tasks only (not ``_PyTask``, not snakeloop's Task).
+  Here the awaiters are those 3.14 recorded, in its order, then those
+  ``_insight.edges`` reads off the awaited future's done callbacks (a task's
+  wakeup, gather, shield, wait, TaskGroup), so every kind of task gets the graph
+  3.14 gives C tasks.  A task awaiting ``gather(a, b)`` awaits ``a`` and ``b``.
+  The graph is built here on 3.14 too, not by ``asyncio.capture_call_graph``:
+  that one cannot read a future without ``_asyncio_awaited_by`` (snakeloop's),
+  and recurses without end on a cycle.
 - A frame belongs to a coroutine, async generator or generator exactly when its
   code has the matching ``co_flags`` bit; 3.14 asks ``frame.f_generator``,
   which 3.11 to 3.13 lack.  The innermost frames of the current task are those
@@ -155,15 +161,6 @@ def _running_stack(frame: types.FrameType | None) -> list[FrameCallGraphEntry]:
     return stack
 
 
-def _all_stdlib_tasks(future: Any) -> bool:
-    """Whether the loop of ``future`` runs C Tasks only (3.14 records their awaiters)."""
-    try:
-        loop = future.get_loop()
-    except AttributeError:
-        return False
-    return all(type(task) is tasks.Task for task in tasks.all_tasks(loop))
-
-
 def capture_call_graph(
     future: FutureLike | None = None,
     /,
@@ -181,18 +178,6 @@ def capture_call_graph(
     """
     loop = events._get_running_loop()
     current = tasks.current_task(loop) if loop is not None else None
-    target = future if future is not None else current
-    if (
-        sys.version_info >= (3, 14)
-        and isinstance(target, futures.Future)
-        and _all_stdlib_tasks(target)
-    ):
-        capture: Any = getattr(asyncio, "capture_call_graph")  # noqa: B009 (3.14+)
-        try:
-            graph: FutureCallGraph | None = capture(target, depth=depth + 1, limit=limit)
-            return graph
-        except TypeError:
-            pass  # someone in the graph is no asyncio.Future: build it here
     if future is not None and (loop is None or future is not current):
         return _graph_of_suspended(future, limit, set())
     if future is None and loop is None:

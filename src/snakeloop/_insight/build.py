@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from typing import Any
 
 from .._core.futures import Task as _SnakeTask
@@ -48,10 +49,29 @@ def _natural(name: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
+if sys.version_info >= (3, 14):
+    # 3.14's _PyTask registers itself and is current only in the pure-Python registries
+    # (_py_register_task, _py_enter_task), which asyncio.all_tasks() and current_task(),
+    # the C ones, do not read: the report reads both, so that _PyTasks are in it too.
+    _py_all_tasks = asyncio.tasks._py_all_tasks  # type: ignore[attr-defined]
+    _py_current_task = asyncio.tasks._py_current_task  # type: ignore[attr-defined]
+
+    def _tasks_of(loop: Any) -> set[Any]:
+        return asyncio.all_tasks(loop) | _py_all_tasks(loop)  # type: ignore[no-any-return]
+
+    def _current_task(loop: Any) -> Any:
+        current = asyncio.current_task(loop)
+        return _py_current_task(loop) if current is None else current
+
+else:
+    _tasks_of = asyncio.all_tasks
+    _current_task = asyncio.current_task
+
+
 def _all_tasks(loop: Any) -> list[Any]:
     for _ in range(10):
         try:
-            return list(asyncio.all_tasks(loop))
+            return list(_tasks_of(loop))
         except RuntimeError:  # the set changed while another thread copied it
             continue
     return []
@@ -130,7 +150,7 @@ def _report_order(nodes: dict[str, TaskNode], awaits: dict[str, list[str]]) -> l
 
 
 def task_graph(loop: Any, *, referrers: bool = False) -> Graph:
-    current = asyncio.current_task(loop)
+    current = _current_task(loop)
     tasks: dict[str, Any] = {}
     nodes: dict[str, TaskNode] = {}
     for task in _all_tasks(loop):

@@ -137,14 +137,16 @@ def awaiters_of(fut: Any) -> tuple[list[tuple[Any, str | None]], list[str]]:
 
 
 def awaiting_futures(fut: Any) -> list[Any]:
-    """Each future (in practice a task) waiting for ``fut``, once: those
-    :func:`awaiters_of` derives, then those Python 3.14+ recorded in
-    ``_asyncio_awaited_by``.  The combinators in between do not count, as in
-    3.14's call graph: a task awaiting ``gather(fut, ...)`` awaits ``fut``."""
+    """Each future (in practice a task) waiting for ``fut``, once: those Python
+    3.14+ recorded in ``_asyncio_awaited_by``, in the order 3.14's call graph
+    lists them, then those :func:`awaiters_of` derives that it did not record
+    (3.14 records only its C futures and tasks).  The combinators in between do
+    not count, as in 3.14's call graph: a task awaiting ``gather(fut, ...)``
+    awaits ``fut``."""
     found: list[Any] = []
     seen: set[int] = set()
     recorded = getattr(fut, "_asyncio_awaited_by", None) or ()
-    for waiter in [task for task, _via in awaiters_of(fut)[0]] + list(recorded):
+    for waiter in list(recorded) + [task for task, _via in awaiters_of(fut)[0]]:
         if id(waiter) not in seen:
             seen.add(id(waiter))
             found.append(waiter)
