@@ -679,6 +679,12 @@ def mask_addresses(text: str) -> str:
     return re.sub(r"\b[A-Za-z_]\w*\.(\w+\(\) (?:got|takes|missing) )", r"?.\1", text)
 
 
+# gc.freeze() and gc.unfreeze() are CPython's alone; PyPy's collector has no permanent
+# generation, and there they do nothing.
+_freeze = getattr(gc, "freeze", lambda: None)
+_unfreeze = getattr(gc, "unfreeze", lambda: None)
+
+
 def run_machine(machine: type, settings: Any) -> None:
     """run_state_machine_as_test(), keeping the per-example gc passes cheap.
 
@@ -698,9 +704,9 @@ def run_machine(machine: type, settings: Any) -> None:
     try:
         run_state_machine_as_test(machine, settings=settings)
     finally:
-        gc.unfreeze()
+        _unfreeze()
         gc.collect()
-        gc.freeze()
+        _freeze()
 
 
 class FrozenHeapMixin:
@@ -708,5 +714,5 @@ class FrozenHeapMixin:
 
     def __init__(self) -> None:
         gc.collect(0)
-        gc.freeze()
+        _freeze()
         super().__init__()
