@@ -18,6 +18,7 @@ import socket
 import ssl
 import time
 
+import _upstream
 import pytest
 from _loopkit import connect_idle, fd_count, rss, run_fake
 
@@ -335,7 +336,7 @@ def test_r_tls_4_freed_after_close(any_loop):
 
 
 def test_r_tls_4_freed_after_handshake_timeout(request, loop_kind, fake_loop, fake_clock):
-    if loop_kind == "stdlib":
+    if loop_kind == "stdlib" and not _upstream.create_connection_drops_waiter():
         # asyncio's create_connection keeps its waiter in the frame that the
         # handshake error's traceback holds: waiter -> error -> frame ->
         # waiter (gh-109534 fixed only the accept path).
