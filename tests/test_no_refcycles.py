@@ -293,10 +293,16 @@ def clear_taskgroup_frames(group: BaseExceptionGroup) -> None:
     its group from a local, ``me``, that it never clears, so the group's
     traceback holds the frame that holds the group, on any loop.  Clearing
     that finished frame leaves the cycles of the loop's own code to be found.
+    From 3.14 the work is in ``TaskGroup._aexit``, and 3.15's keeps the
+    CancelledError it met (``pending_cancellation_error``), whose traceback
+    holds that frame: it is cleared too.
     """
+    codes = {asyncio.TaskGroup.__aexit__.__code__}
+    if hasattr(asyncio.TaskGroup, "_aexit"):
+        codes.add(asyncio.TaskGroup._aexit.__code__)
     tb = group.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code is asyncio.TaskGroup.__aexit__.__code__:
+        if tb.tb_frame.f_code in codes:
             tb.tb_frame.clear()
         tb = tb.tb_next
 
