@@ -356,6 +356,27 @@ def test_peer_fin_without_close_notify(any_loop, loop_kind):
     assert closing_at_eof == (loop_kind == "snakeloop")
 
 
+# From 3.14 asyncio's TLS transport is closing as soon as the transport beneath it is.
+LOWER_CLOSING_CLOSES = hasattr(asyncio.sslproto.SSLProtocol, "_is_transport_closing")
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_is_closing_once_the_transport_below_is(any_loop, how):
+    async def main():
+        server, addr = await tls_server(any_loop, Servers(Echo))
+        tr, client = await tls_connect(any_loop, Recorder, addr)
+        below = tr._ssl_protocol._transport  # the same attribute path on both loops
+        before = tr.is_closing()
+        getattr(below, how)()
+        after = tr.is_closing()
+        await client.lost
+        lost = tr.is_closing()
+        await close_server(server)
+        return before, after, lost
+
+    assert run(any_loop, main()) == (False, LOWER_CLOSING_CLOSES, True)
+
+
 # -- the application transport -----------------------------------------------
 
 
