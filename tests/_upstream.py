@@ -67,3 +67,10 @@ def subprocess_wait_ends_at_exit() -> bool:
     pipes close too (which a grandchild holding stdout can delay for ever)."""
     process_exited = asyncio.base_subprocess.BaseSubprocessTransport._process_exited
     return "_exit_waiters" in _source(process_exited)
+
+
+def start_tls_takes_reader_buffer() -> bool:
+    """python/cpython#142352: a server's start_tls() over a StreamReaderProtocol hands the
+    bytes its StreamReader had buffered (a ClientHello that came with the STARTTLS line)
+    to the TLS protocol, instead of leaving the handshake waiting for them."""
+    return "_stream_reader" in _source(asyncio.base_events.BaseEventLoop.start_tls)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
+import contextlib
 import gc
 import logging
 import socket
@@ -22,8 +23,9 @@ import ssl
 import threading
 import weakref
 
+import _upstream
 import pytest
-from _loopkit import LOOP_KINDS, run_fake, run_within
+from _loopkit import LOOP_KINDS, run_fake, run_within, stdlib_xfail
 
 certs = pytest.importorskip("test.test_asyncio.utils")
 
@@ -1246,6 +1248,69 @@ def test_start_tls_without_server_hostname(loop, stdlib_loop):
             "ValueError: check_hostname requires server_hostname",
             (False, True, True),
         )
+
+
+@stdlib_xfail(
+    not _upstream.start_tls_takes_reader_buffer(),
+    strict=True,
+    raises=TimeoutError,
+    reason="python/cpython#142352: a server's start_tls() leaves the ClientHello that its "
+    "StreamReader buffered with the STARTTLS line there, so the handshake never starts",
+)
+def test_start_tls_takes_what_the_stream_reader_buffered(any_loop):
+    """The client sends its ClientHello right behind the STARTTLS line, in one segment."""
+
+    async def handle(reader, writer):
+        try:
+            assert await reader.readline() == b"STARTTLS\n"
+            await writer.start_tls(server_context())
+            writer.write((await reader.readexactly(5))[::-1])
+            await writer.drain()
+        except ConnectionResetError:
+            pass  # the client gave up waiting for the handshake
+        finally:
+            writer.close()
+
+    async def client(addr):
+        sock = socket.socket()
+        sock.setblocking(False)
+        try:
+            await any_loop.sock_connect(sock, addr)
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            sslobj = client_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+            with contextlib.suppress(ssl.SSLWantReadError):
+                sslobj.do_handshake()
+            await any_loop.sock_sendall(sock, b"STARTTLS\n" + outgoing.read())
+            handshaken = False
+            reply = b""
+            while len(reply) < 5:
+                data = await any_loop.sock_recv(sock, 65536)
+                assert data, "EOF before the reply"
+                incoming.write(data)
+                if not handshaken:
+                    try:
+                        sslobj.do_handshake()
+                    except ssl.SSLWantReadError:
+                        await any_loop.sock_sendall(sock, outgoing.read())
+                        continue
+                    handshaken = True
+                    sslobj.write(b"hello")
+                    await any_loop.sock_sendall(sock, outgoing.read())
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    reply += sslobj.read(65536)
+            return reply
+        finally:
+            sock.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        try:
+            return await asyncio.wait_for(client(server.sockets[0].getsockname()), 2.0)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert run(any_loop, main()) == b"olleh"
 
 
 def test_tls_over_tls(any_loop):
