@@ -589,6 +589,30 @@ def fork_call(child_main: Callable[[], Any]) -> tuple[int, int]:
     return pid, r
 
 
+# What asyncio.get_event_loop() gives a forked child whose parent had set a loop (asyncio's
+# fork handler forgets it in the child): up to 3.13 a fresh loop, made on the spot; from
+# 3.14, which makes none, asyncio's error.
+CHILD_GET_EVENT_LOOP = (
+    "RuntimeError: There is no current event loop in thread 'MainThread'."
+    if sys.version_info >= (3, 14)
+    else "fresh"
+)
+
+
+def child_get_event_loop(parent_loop: asyncio.AbstractEventLoop) -> str:
+    """In a forked child: what ``asyncio.get_event_loop()`` gives, as CHILD_GET_EVENT_LOOP
+    says it ("the parent's" if it is ``parent_loop``)."""
+    try:
+        with warnings.catch_warnings():
+            # 3.12 and 3.13 warn where they make the loop.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            child_loop = asyncio.get_event_loop()
+    except RuntimeError as exc:
+        return f"RuntimeError: {exc}"
+    child_loop.close()
+    return "the parent's" if child_loop is parent_loop else "fresh"
+
+
 def reap(pid: int) -> int:
     """Wait for the child ``pid``; its exit code (minus the signal that ended it)."""
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])

@@ -14,6 +14,8 @@ Certificates are the ones CPython's own test-suite ships (found through
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
+import contextlib
 import gc
 import logging
 import socket
@@ -21,8 +23,9 @@ import ssl
 import threading
 import weakref
 
+import _upstream
 import pytest
-from _loopkit import LOOP_KINDS, run_fake, run_within
+from _loopkit import LOOP_KINDS, run_fake, run_within, stdlib_xfail
 
 certs = pytest.importorskip("test.test_asyncio.utils")
 
@@ -325,8 +328,10 @@ def test_peer_fin_without_close_notify(any_loop, loop_kind):
     def script(tls):
         tls.sendall(b"bye")
         socket.socket.shutdown(tls, socket.SHUT_WR)  # TCP FIN, no close_notify
-        with pytest.raises(ssl.SSLEOFError):
-            tls.recv(1)
+        # The client sends nothing back (no close_notify: it got none) and closes.  Read
+        # beneath TLS: to the ssl module that EOF is an SSLEOFError, or with OpenSSL 3.6
+        # a BrokenPipeError from the alert it tries to send on the half-closed socket.
+        assert socket.socket.recv(tls, 1) == b""
 
     class Client(Recorder):
         def eof_received(self):
@@ -351,6 +356,27 @@ def test_peer_fin_without_close_notify(any_loop, loop_kind):
     # snakeloop: writes are dropped from here on, and is_closing() says so;
     # asyncio's transport claims to be open until connection_lost.
     assert closing_at_eof == (loop_kind == "snakeloop")
+
+
+# From 3.14 asyncio's TLS transport is closing as soon as the transport beneath it is.
+LOWER_CLOSING_CLOSES = hasattr(asyncio.sslproto.SSLProtocol, "_is_transport_closing")
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_is_closing_once_the_transport_below_is(any_loop, how):
+    async def main():
+        server, addr = await tls_server(any_loop, Servers(Echo))
+        tr, client = await tls_connect(any_loop, Recorder, addr)
+        below = tr._ssl_protocol._transport  # the same attribute path on both loops
+        before = tr.is_closing()
+        getattr(below, how)()
+        after = tr.is_closing()
+        await client.lost
+        lost = tr.is_closing()
+        await close_server(server)
+        return before, after, lost
+
+    assert run(any_loop, main()) == (False, LOWER_CLOSING_CLOSES, True)
 
 
 # -- the application transport -----------------------------------------------
@@ -858,7 +884,14 @@ def test_server_side_needs_a_context(loop):
         ctx = proto._sslcontext
         assert ctx.verify_mode == ssl.CERT_REQUIRED
         assert not ctx.check_hostname  # no server_hostname given
-        assert ctx.minimum_version >= TLS12
+        # asyncio's default context: the ssl module's (its minimum TLS version is
+        # OpenSSL's own from 3.14, TLS 1.2 before).
+        ref = asyncio.sslproto._create_transport_context(False, None)
+        assert (ctx.minimum_version, ctx.maximum_version, ctx.options) == (
+            ref.minimum_version,
+            ref.maximum_version,
+            ref.options,
+        )
         proto = SSLProtocol(loop, Recorder(), None, None, server_hostname="localhost")
         assert proto._sslcontext.check_hostname
         proto.app_transport.close()
@@ -910,7 +943,7 @@ def test_default_timeouts(loop):
     from snakeloop.transports import tls
 
     async def main():
-        proto = tls.SSLProtocol(loop, Recorder(), client_context(), None)
+        proto = tls.SSLProtocol(loop, Recorder(), client_context(), None, False, "localhost")
         assert proto._ssl_handshake_timeout == tls.SSL_HANDSHAKE_TIMEOUT == 60.0
         assert proto._ssl_shutdown_timeout == tls.SSL_SHUTDOWN_TIMEOUT == 30.0
         proto.app_transport.close()
@@ -1153,8 +1186,10 @@ def test_start_tls_handshake_failure(any_loop):
         tr, client = await any_loop.create_connection(Recorder, *addr)
         tr.write(b"STARTTLS\n")
         await client.received(3)
-        with pytest.raises(ssl.SSLCertVerificationError):
-            await any_loop.start_tls(tr, client, ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+        with pytest.raises(ssl.SSLCertVerificationError):  # no CA to verify with
+            await any_loop.start_tls(
+                tr, client, ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), server_hostname="localhost"
+            )
         server_proto = await servers.first()
         with pytest.raises((ssl.SSLError, ConnectionResetError)):
             await server_proto.upgraded
@@ -1167,6 +1202,115 @@ def test_start_tls_handshake_failure(any_loop):
     # The protocol had connection_made before start_tls, so it is told.
     assert events == ["made", "data", "lost"]
     assert isinstance(exc, ssl.SSLCertVerificationError)
+
+
+def test_start_tls_without_server_hostname(loop, stdlib_loop):
+    """A context that checks host names given no name: both loops alike.
+
+    From 3.14 the ssl module refuses to make the TLS object (ValueError out of start_tls,
+    the plain transport left as it was); before, the handshake went ahead and checked no
+    name.
+    """
+
+    async def main(lp):
+        servers = Servers(LineServer)
+        plain = await lp.create_server(servers, "127.0.0.1", 0)
+        addr = plain.sockets[0].getsockname()
+        tr, client = await lp.create_connection(Recorder, *addr)
+        tr.write(b"STARTTLS\n")
+        await client.received(3)
+        server_proto = await servers.first()
+        try:
+            inner = await lp.start_tls(tr, client, client_context())
+        except ValueError as exc:
+            outcome = f"ValueError: {exc}"
+            state = (tr.is_closing(), tr.is_reading(), tr.get_protocol() is client)
+            tr.close()
+        else:
+            outcome = "upgraded"
+            await server_proto.upgraded
+            state = (tr.is_closing(), inner.is_closing(), tr.get_protocol() is client)
+            inner.close()
+        await client.lost
+        await server_proto.lost
+        # The server's own start_tls fails if the client never began its handshake.
+        (upgraded,) = await asyncio.gather(server_proto.upgraded, return_exceptions=True)
+        await close_server(plain)
+        server_outcome = "upgraded"
+        if isinstance(upgraded, BaseException):
+            server_outcome = type(upgraded).__name__
+        return outcome, state, client.events, server_outcome
+
+    ours = run(loop, main(loop))
+    assert ours == run(stdlib_loop, main(stdlib_loop))
+    if hasattr(ssl, "_check_sslobject_params"):  # 3.14's check of wrap_bio()'s arguments
+        assert ours[:2] == (
+            "ValueError: check_hostname requires server_hostname",
+            (False, True, True),
+        )
+
+
+@stdlib_xfail(
+    not _upstream.start_tls_takes_reader_buffer(),
+    strict=True,
+    raises=TimeoutError,
+    reason="python/cpython#142352: a server's start_tls() leaves the ClientHello that its "
+    "StreamReader buffered with the STARTTLS line there, so the handshake never starts",
+)
+def test_start_tls_takes_what_the_stream_reader_buffered(any_loop):
+    """The client sends its ClientHello right behind the STARTTLS line, in one segment."""
+
+    async def handle(reader, writer):
+        try:
+            assert await reader.readline() == b"STARTTLS\n"
+            await writer.start_tls(server_context())
+            writer.write((await reader.readexactly(5))[::-1])
+            await writer.drain()
+        except ConnectionResetError:
+            pass  # the client gave up waiting for the handshake
+        finally:
+            writer.close()
+
+    async def client(addr):
+        sock = socket.socket()
+        sock.setblocking(False)
+        try:
+            await any_loop.sock_connect(sock, addr)
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            sslobj = client_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+            with contextlib.suppress(ssl.SSLWantReadError):
+                sslobj.do_handshake()
+            await any_loop.sock_sendall(sock, b"STARTTLS\n" + outgoing.read())
+            handshaken = False
+            reply = b""
+            while len(reply) < 5:
+                data = await any_loop.sock_recv(sock, 65536)
+                assert data, "EOF before the reply"
+                incoming.write(data)
+                if not handshaken:
+                    try:
+                        sslobj.do_handshake()
+                    except ssl.SSLWantReadError:
+                        await any_loop.sock_sendall(sock, outgoing.read())
+                        continue
+                    handshaken = True
+                    sslobj.write(b"hello")
+                    await any_loop.sock_sendall(sock, outgoing.read())
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    reply += sslobj.read(65536)
+            return reply
+        finally:
+            sock.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        try:
+            return await asyncio.wait_for(client(server.sockets[0].getsockname()), 2.0)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert run(any_loop, main()) == b"olleh"
 
 
 def test_tls_over_tls(any_loop):

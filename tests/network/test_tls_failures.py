@@ -12,6 +12,7 @@ misbehaviour is not an error report).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import gc
 import socket
@@ -19,6 +20,7 @@ import ssl
 import sys
 import time
 
+import _upstream
 import pytest
 from _loopkit import connect_idle, fd_count, rss, run_fake
 
@@ -161,6 +163,52 @@ def test_r_tls_2_silent_peer_wall_clock(any_loop):
     for elapsed, exc in lost:
         assert 0.5 <= elapsed <= 1.5
         assert isinstance(exc, asyncio.TimeoutError)
+
+
+class FloodOnConnect(Recorder):
+    FLOOD = 32 << 20  # far more than the kernel buffers of a peer that reads nothing
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        transport.write(b"x" * self.FLOOD)
+
+
+# From 3.14 asyncio keeps the shutdown timeout running until connection_lost: close() of
+# the transport below flushes its buffer first, which a peer that reads nothing can hold
+# up for ever, even after both close_notify alerts were exchanged.
+SHUTDOWN_TIMEOUT_UNTIL_LOST = sys.version_info >= (3, 14)
+
+
+def test_r_tls_2_shutdown_done_but_buffer_stuck(fake_loop, fake_clock):
+    """The peer sends its close_notify and reads nothing of what we wrote."""
+
+    async def main():
+        servers = Servers(FloodOnConnect)
+        server, addr = await tls_server(fake_loop, servers, ssl_shutdown_timeout=0.5)
+        sock, sslobj, outgoing = await raw_tls_handshake(fake_loop, addr, client_context())
+        try:
+            proto = await servers.first()
+            await proto.made
+            with contextlib.suppress(ssl.SSLWantReadError):
+                sslobj.unwrap()  # queues our close_notify; the server's is never read
+            await fake_loop.sock_sendall(sock, outgoing.read())
+            await proto.eof
+            start = fake_loop.time()
+            await asyncio.wait([proto.lost], timeout=2.0)
+            lost_after = fake_loop.time() - start if proto.lost.done() else None
+        finally:
+            sock.close()
+        exc = await proto.lost
+        await close_server(server)
+        return lost_after, exc
+
+    lost_after, exc = run_fake(fake_loop, fake_clock, main(), step=0.002)
+    if SHUTDOWN_TIMEOUT_UNTIL_LOST:
+        assert lost_after is not None and 0.5 - EPS <= lost_after <= 1.0
+        assert isinstance(exc, asyncio.TimeoutError)
+        assert str(exc) == "SSL shutdown timed out"
+    else:
+        assert lost_after is None  # until the peer goes away
 
 
 # -- R-TLS-3: certificate failures ------------------------------------------------
@@ -342,7 +390,7 @@ def test_r_tls_4_freed_after_close(any_loop):
 
 
 def test_r_tls_4_freed_after_handshake_timeout(request, loop_kind, fake_loop, fake_clock):
-    if loop_kind == "stdlib":
+    if loop_kind == "stdlib" and not _upstream.create_connection_drops_waiter():
         # asyncio's create_connection keeps its waiter in the frame that the
         # handshake error's traceback holds: waiter -> error -> frame ->
         # waiter (gh-109534 fixed only the accept path).

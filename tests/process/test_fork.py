@@ -12,11 +12,12 @@ import os
 import signal
 import sys
 import threading
-import warnings
 
 import pytest
 from _loopkit import (
+    CHILD_GET_EVENT_LOOP,
     PY312,
+    child_get_event_loop,
     fork_call,
     new_loop,
     quiet_fork,
@@ -239,18 +240,13 @@ def test_get_event_loop_in_child_is_not_the_parents(loop):
     try:
 
         def child():
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                child_loop = asyncio.get_event_loop()
-            same = child_loop is loop
-            child_loop.close()
-            return same
+            return child_get_event_loop(loop)
 
         async def main():
             pid, rfd = fork_call(child)
             return await read_result(loop, rfd), reap(pid)
 
-        assert loop.run_until_complete(main()) == (False, 0)
+        assert loop.run_until_complete(main()) == (CHILD_GET_EVENT_LOOP, 0)
     finally:
         asyncio.set_event_loop(None)
 

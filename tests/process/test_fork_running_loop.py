@@ -12,10 +12,20 @@ import signal
 import sys
 import threading
 import time
-import warnings
 
 import pytest
-from _loopkit import PY312, echo_back, fork_call, new_loop, quiet_fork, reap, run, stdlib_xfail
+from _loopkit import (
+    CHILD_GET_EVENT_LOOP,
+    PY312,
+    child_get_event_loop,
+    echo_back,
+    fork_call,
+    new_loop,
+    quiet_fork,
+    reap,
+    run,
+    stdlib_xfail,
+)
 
 pytestmark = [
     pytest.mark.reliability,
@@ -253,18 +263,13 @@ def test_r_fork_2_get_event_loop_in_child_is_fresh(any_loop):
     asyncio.set_event_loop(loop)
 
     def child():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            child_loop = asyncio.get_event_loop()
-        fresh = child_loop is not loop
-        child_loop.close()
-        return fresh
+        return child_get_event_loop(loop)
 
     try:
         pid, rfd = fork_call(child)
-        fresh = read_all_blocking(rfd)
+        outcome = read_all_blocking(rfd)
         assert reap(pid) == 0
-        assert fresh is True
+        assert outcome == CHILD_GET_EVENT_LOOP
     finally:
         asyncio.set_event_loop(None)
 

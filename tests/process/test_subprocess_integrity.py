@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 
+import _upstream
 import pytest
 from _loopkit import fd_count, run_within, stdlib_xfail, zombies
 
@@ -28,7 +29,7 @@ SLEEPER = [PY, "-c", "import time; time.sleep(60)"]
 STDLIB_WAIT_WAITS_FOR_PIPES = (
     "python/cpython#119710: asyncio's Process.wait() waits for the pipes to close, so a "
     "grandchild holding stdout keeps it waiting (a Python with the upstream fix, "
-    "python/cpython#151983, passes: the strict xfail says so)"
+    "python/cpython#151983, passes)"
 )
 
 
@@ -271,7 +272,12 @@ def test_r_sp_4_close_running_child(any_loop, how, expected):
 # -- R-SP-5: a grandchild keeps stdout open ---------------------------------------------
 
 
-@stdlib_xfail(strict=True, raises=TimeoutError, reason=STDLIB_WAIT_WAITS_FOR_PIPES)
+@stdlib_xfail(
+    not _upstream.subprocess_wait_ends_at_exit(),
+    strict=True,
+    raises=TimeoutError,
+    reason=STDLIB_WAIT_WAITS_FOR_PIPES,
+)
 def test_r_sp_5_wait_with_grandchild_holding_stdout(any_loop):
     r, w = os.pipe()
     # The grandchild lives until we close w: then its stdin read ends.

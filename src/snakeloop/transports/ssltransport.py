@@ -7,7 +7,7 @@ the plain transport below; see that module for how the two fit together.
 from __future__ import annotations
 
 import warnings
-from asyncio import BaseProtocol, constants, transports
+from asyncio import BaseProtocol, constants, sslproto, transports
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from .._core.contract import LoopContract
 
 __all__ = ["SSLTransport"]
+
+# asyncio's TLS transport says it is closing once the transport below is, where
+# its protocol has the method that asks (3.14 on).
+_LOWER_CLOSING_CLOSES = hasattr(sslproto.SSLProtocol, "_is_transport_closing")
 
 
 class SSLTransport(transports._FlowControlMixin):
@@ -64,7 +68,18 @@ class SSLTransport(transports._FlowControlMixin):
         # writer that checks is_closing() must stop.  asyncio only says so
         # after connection_lost, and such a writer spins until then.
         proto = self._ssl_protocol
-        return self._closed or (proto is not None and proto._state >= _FLUSHING)
+        if self._closed:
+            return True
+        if proto is None:
+            return False
+        if proto._state >= _FLUSHING:
+            return True
+        if _LOWER_CLOSING_CLOSES:
+            # As asyncio's from 3.14: closing as soon as the transport below is
+            # (closed or aborted beneath us, or failed), not at connection_lost.
+            below = proto._transport
+            return below is not None and below.is_closing()
+        return False
 
     def close(self) -> None:
         if not self._closed:

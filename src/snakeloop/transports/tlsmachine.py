@@ -54,6 +54,7 @@ from __future__ import annotations
 import collections
 import logging
 import ssl
+import sys
 from asyncio import BaseProtocol, Future, constants, exceptions, protocols
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,8 @@ if TYPE_CHECKING:
 __all__ = ["SSL_HANDSHAKE_TIMEOUT", "SSL_SHUTDOWN_TIMEOUT", "TLSMachine"]
 
 logger = logging.getLogger("asyncio")
+
+_PY314 = sys.version_info >= (3, 14)
 
 SSL_HANDSHAKE_TIMEOUT = constants.SSL_HANDSHAKE_TIMEOUT
 SSL_SHUTDOWN_TIMEOUT = constants.SSL_SHUTDOWN_TIMEOUT
@@ -418,8 +421,9 @@ class TLSMachine:
             self._on_shutdown_complete(None)
 
     def _on_shutdown_complete(self, shutdown_exc):
-        if self._shutdown_timeout_handle is not None:
-            self._shutdown_timeout_handle.cancel()
+        handle = self._shutdown_timeout_handle
+        if handle is not None and (shutdown_exc is not None or not _PY314):
+            handle.cancel()
             self._shutdown_timeout_handle = None
         if shutdown_exc is not None:
             self._fatal_error(shutdown_exc)
@@ -427,6 +431,14 @@ class TLSMachine:
         transport = self._transport
         if transport is None:
             return
+        if _PY314 and self._shutdown_timeout_handle is None:
+            # As asyncio from 3.14: the close() below flushes the transport's
+            # buffer first, which a peer that reads nothing can hold up for
+            # ever, so the timeout (started now if the peer began the
+            # shutdown) runs on until connection_lost cancels it.
+            self._shutdown_timeout_handle = self._loop.call_later(
+                self._ssl_shutdown_timeout, self._check_shutdown_timeout
+            )
         # Our close_notify must reach the transport even if it had asked us
         # to pause: its close() flushes its buffer, not our BIO.
         pending = self._outgoing.read()
