@@ -12,7 +12,9 @@ totals over the difference of the operations leaves out start-up, imports and se
 
 Loops: ``stdlib``, ``pure`` (this checkout's ``src``), ``compiled`` (the same ``src``
 compiled as setup.py compiles it, see ``benchmarks.compiled``), ``baseline-pure`` and
-``baseline-compiled`` (``--baseline REV``), ``uvloop`` and ``rloop``.
+``baseline-compiled`` (``--baseline REV``), ``uvloop`` and ``rloop``; a snakeloop loop's
+name may end in ``+C`` (``stdlib_futures=True``: asyncio's C Future and Task) or ``+own``
+(snakeloop's own), as in ``--loops compiled+C,compiled+own,uvloop``.
 
 ``--only echo-protocol,echo-streams,echo-udp`` adds three rows that the default leaves
 out: the server's instructions per 1 KiB round trip of an echo over one TCP
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import os
 import re
@@ -56,7 +59,20 @@ VALGRIND_SLOWDOWN = 100
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
+# A snakeloop loop's name may end in "+C" (stdlib_futures=True: asyncio's C Future and
+# Task) or "+own" (stdlib_futures=False: snakeloop's own), to count either task kind.
+TASK_KINDS = {"+C": True, "+own": False}
+
+
+def _base_name(loop: str) -> str:
+    return loop.split("+")[0]
+
+
 def _factory(loop: str, where: str):
+    for suffix, stdlib_futures in TASK_KINDS.items():
+        if loop.endswith(suffix):
+            make = _factory(loop[: -len(suffix)], where)
+            return functools.partial(make, stdlib_futures=stdlib_futures)
     if loop == "stdlib":
         import asyncio
 
@@ -264,6 +280,7 @@ def per_operation(loop: str, where: str, workload: str) -> float:
 
 def _locations(loops: list[str], revision: str | None) -> dict[str, str]:
     where = {"pure": str(REPO / "src")}
+    loops = [_base_name(loop) for loop in loops]
     if "compiled" in loops:
         where["compiled"] = str(compiled.build())
     if "baseline-pure" in loops or "baseline-compiled" in loops:
@@ -292,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     loops = args.loops.split(",")
-    unknown = set(loops) - set(LOOPS)
+    unknown = {_base_name(loop) for loop in loops} - set(LOOPS)
     if unknown:
         raise SystemExit(f"unknown loops: {', '.join(sorted(unknown))}")
     chosen = args.only.split(",") if args.only else [name for name, *_ in WORKLOADS]
@@ -307,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         counts = []
         for loop in loops:
             try:
-                counts.append(f"{per_operation(loop, where.get(loop, ''), workload):,.0f}")
+                location = where.get(_base_name(loop), "")
+                counts.append(f"{per_operation(loop, location, workload):,.0f}")
             except (RuntimeError, ImportError) as exc:
                 print(f"  {loop} {workload} failed: {exc}", file=sys.stderr)
                 counts.append("-")

@@ -91,6 +91,14 @@ _ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 logger = logging.getLogger("asyncio")
 
+# Which Future and Task a loop makes when ``stdlib_futures`` is not given.  From 3.14
+# asyncio's own tools read tasks that only its C Task can be: ``python -m asyncio ps`` and
+# ``pstree`` walk the C tasks of a live process's memory, and gather, shield and TaskGroup
+# record who awaits whom (``future_add_to_awaited_by``) on C futures alone.  So from
+# 3.14 a loop makes asyncio's C Future and Task by default, and snakeloop's own with
+# ``stdlib_futures=False`` (docs/design.md, "Which tasks a loop makes").
+STDLIB_FUTURES_BY_DEFAULT = sys.version_info >= (3, 14)
+
 # 3.13.0 names a factory-made task with set_name(name) even when name is
 # None (so the task is called "None"); 3.11, 3.12 and later 3.13 releases
 # only set a name that was given.
@@ -291,7 +299,7 @@ class Loop(
         self,
         *,
         clock: Clock | None = None,
-        stdlib_futures: bool = False,
+        stdlib_futures: bool | None = None,
         io_backend: IOBackend | None = None,
         on_deadlock: Literal["raise", "log", "ignore"] | None = None,
         seed: int | str | None = None,
@@ -439,6 +447,8 @@ class Loop(
         # time, which the type checker does not know.
         self._future_class: Any
         self._task_class: Any
+        if stdlib_futures is None:
+            stdlib_futures = STDLIB_FUTURES_BY_DEFAULT
         if stdlib_futures:
             self._future_class = asyncio.Future
             self._task_class = asyncio.Task
@@ -1087,8 +1097,8 @@ class Loop(
 
     def _refresh_direct_task_class(self) -> None:
         """Whatever sets ``_task_factory`` or ``_task_class`` calls this (see ``create_task``)."""
-        if self._task_factory is None and self._task_class is Task:
-            self._direct_task_class = Task
+        if self._task_factory is None and self._task_class in (Task, asyncio.Task):
+            self._direct_task_class = self._task_class
         else:
             self._direct_task_class = None
 

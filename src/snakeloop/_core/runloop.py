@@ -93,6 +93,7 @@ when it is made.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import heapq
 import logging
@@ -165,6 +166,8 @@ _INF = float("inf")
 # The default of create_task's keywords in the compiled build: one that was not given is
 # not passed on to a task factory (3.14's create_task forwards exactly what it got).
 _OMITTED = object()
+# asyncio's Task (C), which a loop with stdlib_futures makes directly too.
+_C_TASK: Any = asyncio.Task
 # Compiled, on Linux: the coarse clock's tick (runloop.pxd), or 0 where there
 # is none.  With a timer pending, each iteration reads that clock first, and
 # the precise one only if a timer could be due _COARSE_TICKS_OF_MARGIN ticks
@@ -724,11 +727,12 @@ class CoreLoop:
             plain = self._ready
         self._plain_ready = plain
 
-    # The compiled build's create_task and create_future: snakeloop's own
-    # Task, and the loop's future class, made without a Python frame (one
-    # cost the gather and spawn rows about 700 instructions a task on 3.13,
-    # and every stream read makes a future).  _direct_task_class is that Task
-    # class while no task factory is set, else None.  The full loop keeps
+    # The compiled build's create_task and create_future: the loop's Task
+    # (snakeloop's own, or asyncio's C Task) and future class, made without a
+    # Python frame (one cost the gather and spawn rows about 700 instructions
+    # a task on 3.13, and every stream read makes a future).
+    # _direct_task_class is that Task class while no task factory is set, else
+    # None.  The full loop keeps
     # both classes and, as _create_task_slow and _create_future_slow, has the
     # Python methods that do everything else: debug mode's record of where a
     # future was made keeps create_future's frame, as asyncio's does.  The
@@ -751,7 +755,12 @@ class CoreLoop:
         ) -> Any:
             """Wrap ``coro`` in a task scheduled on this loop."""
             task_class = self._direct_task_class
-            if task_class is None or self._closed or kwargs:
+            if (
+                task_class is None
+                or self._closed
+                or kwargs
+                or (task_class is _C_TASK and self._debug)
+            ):
                 # From 3.14 asyncio hands a factory exactly the keywords it was
                 # given, an omitted name included; Loop's method decides.
                 if name is not _OMITTED:
@@ -759,6 +768,16 @@ class CoreLoop:
                 if context is not _OMITTED:
                     kwargs["context"] = context
                 return self._create_task_slow(coro, **kwargs)  # type: ignore[attr-defined]
+            if task_class is _C_TASK:
+                # asyncio's C Task (stdlib_futures): the call asyncio's create_task
+                # makes.  In debug mode it records where it was made, which the
+                # slow path trims as asyncio does.
+                return _C_TASK(
+                    coro,
+                    loop=self,
+                    name=None if name is _OMITTED else name,
+                    context=None if context is _OMITTED else context,
+                )
             task = task_class.__new__(task_class)
             # asyncio's pure-Python Task, made in its create_task, drops two
             # frames from its record (see Task._setup).
