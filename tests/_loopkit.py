@@ -142,7 +142,7 @@ def new_loop(
     kind: str,
     *,
     clock: Any = None,
-    stdlib_futures: bool = False,
+    stdlib_futures: bool | None = None,
     on_deadlock: str | None = None,
 ) -> asyncio.AbstractEventLoop:
     """Create a loop of the given kind ("snakeloop", "stdlib" or "stdlib-py").
@@ -155,8 +155,9 @@ def new_loop(
         kwargs: dict[str, Any] = {}
         if clock is not None:
             kwargs["clock"] = clock
-        if stdlib_futures:
-            kwargs["stdlib_futures"] = True
+        if stdlib_futures is not None:
+            # None: the loop's default, which is asyncio's C Task from 3.14 on.
+            kwargs["stdlib_futures"] = stdlib_futures
         if on_deadlock is not None:
             kwargs["on_deadlock"] = on_deadlock
         if SEED_RUN is not None:

@@ -354,11 +354,17 @@ def test_pstree_prints_the_tree_of_python_m_asyncio_pstree(blocked):
 
 # The child with asyncio's C tasks, which 3.14's ``python -m asyncio ps|pstree`` read out of
 # a process's memory (it sees no other kind: not snakeloop's own Task), on a snakeloop loop.
-C_TASKS_PROGRAM = program().replace(
-    "asyncio.run(main())",
-    "import snakeloop\n"
-    "asyncio.run(main(), loop_factory=lambda: snakeloop.new_event_loop(stdlib_futures=True))",
-)
+def _program_with_tasks(stdlib_futures: bool) -> str:
+    return program().replace(
+        "asyncio.run(main())",
+        "import snakeloop\n"
+        "asyncio.run(main(), loop_factory=lambda: "
+        f"snakeloop.new_event_loop(stdlib_futures={stdlib_futures}))",
+    )
+
+
+C_TASKS_PROGRAM = _program_with_tasks(True)
+OWN_TASKS_PROGRAM = _program_with_tasks(False)
 
 
 def _tree(lines: list[str]) -> list[Any]:
@@ -386,19 +392,21 @@ def _tree(lines: list[str]) -> list[Any]:
     "tasks",
     [
         "c",
+        # The loop's default: asyncio's C Task from 3.14.
+        "default",
         pytest.param(
-            "snakeloop",
+            "own",
             marks=pytest.mark.xfail(
                 strict=True,
                 raises=AssertionError,
-                reason="issue 37 item 4: python -m asyncio ps|pstree read C asyncio.Task "
-                "objects out of the process's memory and list none of snakeloop's own Task",
+                reason="python -m asyncio ps|pstree read C asyncio.Task objects out of the "
+                "process's memory and list none of snakeloop's own Task (stdlib_futures=False)",
             ),
         ),
     ],
 )
 def test_the_same_output_as_python_m_asyncio(tmp_path, command, tasks):
-    source = C_TASKS_PROGRAM if tasks == "c" else program()
+    source = {"c": C_TASKS_PROGRAM, "default": program(), "own": OWN_TASKS_PROGRAM}[tasks]
     with child(tmp_path, source=source) as running:
         ours = running.snakeloop(command, str(running.pid))
         theirs = subprocess.run(

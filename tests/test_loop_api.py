@@ -1256,8 +1256,39 @@ def test_current_task_and_all_tasks(any_loop):
     assert asyncio.current_task(any_loop) is None
 
 
-def test_snakeloop_futures_and_tasks_are_their_own_types(loop):
+def test_a_loops_futures_and_tasks_by_default():
+    """snakeloop's own up to 3.13; asyncio's C classes from 3.14 (whose ps, pstree and
+    call graphs read C tasks only)."""
+    loop = new_loop("snakeloop")
+    try:
+
+        async def work():
+            return 1
+
+        fut = loop.create_future()
+        task = loop.create_task(work())
+        expected = (
+            (asyncio.Future, asyncio.Task)
+            if sys.version_info >= (3, 14)
+            else (snakeloop_module().Future, snakeloop_module().Task)
+        )
+        assert (type(fut), type(task)) == expected
+        assert loop.run_until_complete(task) == 1
+        fut.cancel()
+    finally:
+        close_loop(loop)
+
+
+def test_snakeloop_futures_and_tasks_are_their_own_types():
     mod = snakeloop_module()
+    loop = new_loop("snakeloop", stdlib_futures=False)
+    try:
+        _own_types_scenario(loop, mod)
+    finally:
+        close_loop(loop)
+
+
+def _own_types_scenario(loop, mod):
 
     async def work():
         return 1
@@ -1289,7 +1320,15 @@ def test_stdlib_futures_option():
         close_loop(loop)
 
 
-def test_snakeloop_task_awaits_stdlib_future(loop):
+def test_snakeloop_task_awaits_stdlib_future():
+    loop = new_loop("snakeloop", stdlib_futures=False)
+    try:
+        _task_awaits_stdlib_future(loop)
+    finally:
+        close_loop(loop)
+
+
+def _task_awaits_stdlib_future(loop):
     fut = asyncio.Future(loop=loop)
 
     async def main():

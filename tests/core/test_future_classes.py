@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from _loopkit import close_loop
 
 import snakeloop
 from snakeloop._core.futures import Future as SnakeFuture
@@ -20,6 +21,14 @@ from snakeloop._core.futures import Task as SnakeTask
 
 async def _idle():
     await asyncio.sleep(0)
+
+
+@pytest.fixture
+def loop():
+    """A snakeloop loop making snakeloop's own classes (from 3.14 the default is asyncio's)."""
+    made = snakeloop.new_event_loop(stdlib_futures=False)
+    yield made
+    close_loop(made)
 
 
 def _objects(loop):

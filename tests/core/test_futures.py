@@ -87,7 +87,7 @@ def test_a_new_future_or_task_has_no_dict_until_an_attribute_is_set():
     async def nothing():
         return None
 
-    loop = snakeloop.Loop()
+    loop = snakeloop.Loop(stdlib_futures=False)
     try:
         fut = loop.create_future()
         task = loop.create_task(nothing())

@@ -535,7 +535,8 @@ class PlainWatchingLoop(WatchingLoop):
 def test_a_loop_that_refuses_plain_entries_sees_every_callback_through_call_soon(
     loop_class, expected
 ):
-    loop = loop_class()
+    # Plain entries are what snakeloop's own futures and tasks queue.
+    loop = loop_class(stdlib_futures=False)
     try:
         assert (plain_queue(loop) is not None) == loop._accepts_plain_callbacks
 
@@ -569,7 +570,7 @@ def test_plain_queue_follows_debug_mode_the_ready_queue_and_close(monkeypatch):
         return loop._ready.pop()
 
     monkeypatch.delenv("PYTHONASYNCIODEBUG", raising=False)
-    loop = snakeloop.Loop()
+    loop = snakeloop.Loop(stdlib_futures=False)
     try:
         assert plain_queue(loop) is loop._ready
         assert type(done_callback_entry(loop)) is tuple

@@ -90,11 +90,12 @@ def pure_python_asyncio(monkeypatch):
     monkeypatch.setattr(asyncio.tasks, "Task", asyncio.tasks._PyTask)
 
 
-def _on_each_loop(scenario):
-    """``scenario(loop)`` on a debug loop of asyncio's, then of snakeloop's."""
+def _on_each_loop(scenario, stdlib_futures=False):
+    """``scenario(loop)`` on a debug loop of asyncio's, then of snakeloop's (whose own
+    classes stand against asyncio's pure-Python ones, or its C ones against asyncio's)."""
     results = []
-    for kind in ("stdlib", "snakeloop"):
-        with loop_ctx(kind) as loop:
+    for kind, options in (("stdlib", {}), ("snakeloop", {"stdlib_futures": stdlib_futures})):
+        with loop_ctx(kind, **options) as loop:
             loop.set_debug(True)
             results.append(scenario(loop))
     return results
@@ -105,13 +106,21 @@ def test_the_loops_makers_record_the_same_stack(pure_python_asyncio):
     assert got == ref
 
 
+def test_the_loops_makers_of_c_tasks_record_the_same_stack():
+    """With asyncio's C Future and Task (the default from 3.14)."""
+    ref, got = _on_each_loop(
+        lambda loop: _records(_deep(DEPTH, _make_all, loop), loop), stdlib_futures=True
+    )
+    assert got == ref
+
+
 def test_a_seeded_loops_makers_record_the_same_stack(pure_python_asyncio):
     # A seeded loop puts methods of its own in front of the core's
     # (create_task records the task's site, _push_timer places ties).
     with loop_ctx("stdlib") as loop:
         loop.set_debug(True)
         ref = _records(_deep(DEPTH, _make_all, loop), loop)
-    loop = snakeloop.new_event_loop(seed=1)
+    loop = snakeloop.new_event_loop(seed=1, stdlib_futures=False)
     try:
         assert {"timer_ties"} <= set(loop.perturbation) and loop._task_sites is not None
         loop.set_debug(True)
