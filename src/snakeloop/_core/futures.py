@@ -349,8 +349,9 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state  # see "Borrowed fields" in remove_done_callback
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             return False
         self._state = _CANCELLED
@@ -396,7 +397,8 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def cancelled(self) -> bool:
         try:
-            return self._state == _CANCELLED
+            state = self._state
+            return state == _CANCELLED
         except AttributeError:  # never initialized: pending
             return False
 
@@ -450,24 +452,36 @@ class Future(_TypingOnlyGeneric[_T]):
     def add_done_callback(
         self, fn: Callable[[Self], object], *, context: Context | None = None
     ) -> None:
-        if self._state != _PENDING:
-            self._loop.call_soon(fn, self, context=context)
+        state = self._state
+        if state != _PENDING:
+            loop = self._loop
+            loop.call_soon(fn, self, context=context)
             return
         if context is None:
             context = _copy_context()
         # Most futures get one callback (the task awaiting them): it is kept
         # in two attributes, and a list exists only from the second one on.
-        if self._callback0 is None and self._more_callbacks is None:
+        more = self._more_callbacks
+        if self._callback0 is None and more is None:
             self._callback0 = fn
             self._context0 = context
-        elif self._more_callbacks is None:
+        elif more is None:
             self._more_callbacks = [(fn, context)]
         else:
-            self._more_callbacks.append((fn, context))
+            more.append((fn, context))
 
     def remove_done_callback(self, fn: Callable[[Self], object]) -> int:
         removed = 0
-        if self._callback0 is not None and self._callback0 == fn:
+        # Borrowed fields: compiled, ``self._callback0 == fn`` would hand the
+        # comparison the field's pointer without a reference of its own, and
+        # a user's __eq__ (fn's reflected one runs first for a subclass) may
+        # clear the field, freeing the object while it is being compared
+        # (python/cpython#125966).  A local holds a reference, as the
+        # interpreter's stack does; every field that user code could change
+        # under a call is read into a local first, in this module and in
+        # handles.py and runloop.py (docs/design.md, "Reentrancy").
+        callback0 = self._callback0
+        if callback0 is not None and callback0 == fn:
             self._callback0 = self._context0 = None
             removed = 1
         more = self._more_callbacks
@@ -476,13 +490,14 @@ class Future(_TypingOnlyGeneric[_T]):
             if len(kept) != len(more):
                 removed += len(more) - len(kept)
                 more[:] = kept
-        elif cython.compiled and self._state is None:
+        elif cython.compiled and self._state is None:  # an identity test runs no user code
             _not_initialized(self, "_callback0")
         return removed
 
     def set_result(self, result: _T) -> None:
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         self._result = result
@@ -501,8 +516,9 @@ class Future(_TypingOnlyGeneric[_T]):
         self._schedule_callbacks()
 
     def set_exception(self, exception: type[BaseException] | BaseException) -> None:
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         if isinstance(exception, type):
@@ -528,7 +544,8 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def __await__(self) -> Generator[Any, None, _T]:
         try:
-            if self._state == _PENDING:
+            state = self._state
+            if state == _PENDING:
                 self._asyncio_future_blocking = True
                 yield self  # the Task hangs its wakeup on this future
             state = self._state
@@ -658,7 +675,8 @@ class Task(Future[_T]):
 
     def __del__(self):
         try:
-            pending = self._state == _PENDING and self._log_destroy_pending
+            state = self._state
+            pending = state == _PENDING and self._log_destroy_pending
         except AttributeError:
             return  # never initialized
         if pending:
@@ -707,11 +725,13 @@ class Task(Future[_T]):
 
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             return False
-        self._num_cancels_requested += 1
+        requested = self._num_cancels_requested
+        self._num_cancels_requested = requested + 1
         waiter = self._fut_waiter
         if waiter is not None and waiter.cancel(msg=msg):
             return True
@@ -724,9 +744,11 @@ class Task(Future[_T]):
         return self._num_cancels_requested
 
     def uncancel(self) -> int:
-        if self._num_cancels_requested > 0:
-            self._num_cancels_requested -= 1
-            if _PY313 and self._num_cancels_requested == 0:
+        requested = self._num_cancels_requested
+        if requested > 0:
+            requested -= 1
+            self._num_cancels_requested = requested
+            if _PY313 and requested == 0:
                 self._must_cancel = False
         return self._num_cancels_requested
 
@@ -745,7 +767,8 @@ class Task(Future[_T]):
         try:
             _register_eager_task(self)
             try:
-                self._context.run(self._step)
+                context = self._context
+                context.run(self._step)
             finally:
                 _unregister_eager_task(self)
         finally:
@@ -753,7 +776,8 @@ class Task(Future[_T]):
                 if prev_task is not None:
                     _swap_current_task(loop, prev_task)
             finally:
-                if self._state != _PENDING:
+                state = self._state
+                if state != _PENDING:
                     self._coro = None
                 else:
                     _register_task(self)
@@ -783,7 +807,8 @@ class Task(Future[_T]):
         def _step_now(self, exc):
             # A C method: _wakeup calls it without looking _step up on the
             # task and binding it (about 350 instructions per wakeup).
-            if self._state != _PENDING:
+            state = self._state
+            if state != _PENDING:
                 raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
             if self._must_cancel:
                 if not isinstance(exc, _CancelledError):
@@ -815,7 +840,8 @@ class Task(Future[_T]):
                 if returned:
                     if self._must_cancel:
                         self._must_cancel = False
-                        Future.cancel(self, msg=self._cancel_message)
+                        msg = self._cancel_message
+                        Future.cancel(self, msg=msg)
                     else:
                         self._result = result
                         self._state = _FINISHED
@@ -834,7 +860,8 @@ class Task(Future[_T]):
                     if ready is not None:
                         _append_plain(ready, (_TASK_STEP, self, self._context))
                     else:
-                        loop.call_soon(self._step, context=self._context)
+                        context = self._context
+                        loop.call_soon(self._step, context=context)
                 elif type(result) in _OWN_CLASSES:
                     fut = result
                     if not fut._asyncio_future_blocking:
@@ -851,17 +878,22 @@ class Task(Future[_T]):
                         )
                     else:
                         fut._asyncio_future_blocking = False
-                        if fut._state == _PENDING:
+                        state = fut._state
+                        if state == _PENDING:
                             if fut._callback0 is None and fut._more_callbacks is None:
                                 fut._callback0 = self._wakeup
                                 fut._context0 = self._context
                             else:
-                                fut.add_done_callback(self._wakeup, context=self._context)
+                                context = self._context
+                                fut.add_done_callback(self._wakeup, context=context)
                         else:
-                            _schedule(loop, self._wakeup, fut, self._context)
+                            context = self._context
+                            _schedule(loop, self._wakeup, fut, context)
                         self._fut_waiter = fut
-                        if self._must_cancel and fut.cancel(msg=self._cancel_message):
-                            self._must_cancel = False
+                        if self._must_cancel:
+                            msg = self._cancel_message
+                            if fut.cancel(msg=msg):
+                                self._must_cancel = False
                 else:
                     self._handle_yield(result)
             finally:
@@ -878,7 +910,8 @@ class Task(Future[_T]):
             # futures, a bare yield) are handled inline.  Such a future is ``fut``,
             # typed when compiled: its fields are then read and set in C, not
             # looked up by name (a quarter of the spawn row's step cost there).
-            if self._state != _PENDING:
+            state = self._state
+            if state != _PENDING:
                 raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
             if self._must_cancel:
                 if not isinstance(exc, _CancelledError):
@@ -892,7 +925,8 @@ class Task(Future[_T]):
             except StopIteration as stop:
                 if self._must_cancel:
                     self._must_cancel = False
-                    Future.cancel(self, msg=self._cancel_message)
+                    msg = self._cancel_message
+                    Future.cancel(self, msg=msg)
                 else:
                     # Future.set_result without its state check: a task only
                     # becomes done here, so it is still pending.
@@ -930,7 +964,8 @@ class Task(Future[_T]):
                     if ready is not None:
                         ready.append((_TASK_STEP, self, self._context))
                     else:
-                        loop.call_soon(self._step, context=self._context)
+                        context = self._context
+                        loop.call_soon(self._step, context=context)
                 elif type(result) in _OWN_CLASSES:
                     fut = result
                     if not fut._asyncio_future_blocking:
@@ -947,18 +982,23 @@ class Task(Future[_T]):
                         )
                     else:
                         fut._asyncio_future_blocking = False
-                        if fut._state == _PENDING:
+                        state = fut._state
+                        if state == _PENDING:
                             # add_done_callback, written out for the common case.
                             if fut._callback0 is None and fut._more_callbacks is None:
                                 fut._callback0 = self._wakeup
                                 fut._context0 = self._context
                             else:
-                                fut.add_done_callback(self._wakeup, context=self._context)
+                                context = self._context
+                                fut.add_done_callback(self._wakeup, context=context)
                         else:
-                            _schedule(loop, self._wakeup, fut, self._context)
+                            context = self._context
+                            _schedule(loop, self._wakeup, fut, context)
                         self._fut_waiter = fut
-                        if self._must_cancel and fut.cancel(msg=self._cancel_message):
-                            self._must_cancel = False
+                        if self._must_cancel:
+                            msg = self._cancel_message
+                            if fut.cancel(msg=msg):
+                                self._must_cancel = False
                 else:
                     self._handle_yield(result)
             finally:
@@ -970,7 +1010,9 @@ class Task(Future[_T]):
         _step_now = _step
 
     def _reschedule_with_error(self, exc):
-        self._loop.call_soon(self._step, exc, context=self._context)
+        loop = self._loop
+        context = self._context
+        loop.call_soon(self._step, exc, context=context)
 
     def _handle_yield(self, result):
         """What any other yielded value asks for (foreign futures, bugs)."""
@@ -986,10 +1028,15 @@ class Task(Future[_T]):
                     new_exc = RuntimeError(f"Task cannot await on itself: {self!r}")
                 else:
                     result._asyncio_future_blocking = False
-                    result.add_done_callback(self._wakeup, context=self._context)
+                    context = self._context
+                    result.add_done_callback(self._wakeup, context=context)
                     self._fut_waiter = result
-                    if self._must_cancel and result.cancel(msg=self._cancel_message):
-                        self._must_cancel = False
+                    if self._must_cancel:
+                        # The future is foreign: its cancel() may change this
+                        # task (python/cpython#126138).
+                        msg = self._cancel_message
+                        if result.cancel(msg=msg):
+                            self._must_cancel = False
                     return
             else:
                 new_exc = RuntimeError(
