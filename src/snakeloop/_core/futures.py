@@ -482,12 +482,27 @@ class Future(_TypingOnlyGeneric[_T]):
         # handles.py and runloop.py (docs/design.md, "Reentrancy").
         callback0 = self._callback0
         if callback0 is not None and callback0 == fn:
+            # The local lets go first: the field's release then frees the
+            # callback here, before the rest is walked, as asyncio's Futures
+            # free what they remove (the interpreted frame would free it only
+            # after the argument, at its return, and the compiled one before:
+            # a finalizer would see the builds differ).
+            callback0 = None
             self._callback0 = self._context0 = None
             removed = 1
+        callback0 = None  # an __eq__ that removed it left the local the last one
         more = self._more_callbacks
         if more:
+            count = len(more)
             kept = [(f, ctx) for (f, ctx) in more if f != fn]
-            if len(kept) != len(more):
+            if not more or self._more_callbacks is not more:
+                # An __eq__ emptied the list, or the future let go of it,
+                # while it was walked: asyncio's C Future then counts the
+                # whole list as removed and keeps none (its fix of
+                # python/cpython#97592; the pure-Python one counts less
+                # than nothing).
+                removed += count
+            elif len(kept) != len(more):
                 removed += len(more) - len(kept)
                 more[:] = kept
         elif cython.compiled and self._state is None:  # an identity test runs no user code
