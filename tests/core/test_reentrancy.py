@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+import snakeloop
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 # What each child runs first: ``loop``, ``Future`` and ``Task`` of one kind.
@@ -410,3 +412,275 @@ def test_pure_child_is_pure():
     proc = run_child("pure", "print('compiled', snakeloop.COMPILED)")
     assert proc.returncode == 0, proc.stderr
     assert "compiled False" in proc.stdout
+
+
+@pytest.mark.parametrize("what", ["future", "task"])
+def test_result_finalizer_collects(what):
+    # test_future_del_collect and test_task_del_collect: a result whose __del__ runs the
+    # cyclic collector while the future or task that held it is being freed.
+    out = check_program(
+        """
+        import gc
+        class Collects:
+            def __del__(self):
+                gc.collect()
+        async def make():
+            return Collects()
+        for _ in range(100):
+            if WHAT == "future":
+                fut = Future(loop=loop)
+                fut.set_result(Collects())
+            else:
+                loop.run_until_complete(Task(make(), loop=loop))
+        fut = None
+        gc.collect()
+        print("collected")
+        """.replace("WHAT", repr(what))
+    )
+    assert out == "collected\nend\n"
+
+
+@pytest.mark.parametrize("how", ["throw", "close"])
+def test_future_iterator_sent_to_after_it_ended(how):
+    # test_futureiter_send_after_throw_no_crash and ..._after_close_no_crash: the
+    # iterator of ``await fut`` is sent to after a throw() or close() ended it.
+    out = check_program(
+        """
+        fut = Future(loop=loop)
+        it = fut.__await__()
+        next(it)
+        if HOW == "throw":
+            try:
+                it.throw(RuntimeError)
+            except RuntimeError:
+                print("throw raised RuntimeError")
+        else:
+            it.close()
+        try:
+            it.send(None)
+        except StopIteration as exc:
+            print("StopIteration", exc.value)
+        """.replace("HOW", repr(how))
+    )
+    assert out.endswith("StopIteration None\nend\n")
+
+
+DELETE_FIELDS = """
+async def nothing():
+    pass
+fut = Future(loop=loop)
+task = Task(nothing(), loop=loop)
+loop.run_until_complete(task)
+for obj, name in [(fut, "_asyncio_future_blocking"), (fut, "_log_traceback"),
+                  (fut, "_loop"), (fut, "_state"), (task, "_log_destroy_pending"),
+                  (task, "_coro")]:
+    try:
+        delattr(obj, name)
+    except AttributeError:
+        print(name, "AttributeError")
+    else:
+        print(name, "deleted")
+fut.custom = 1  # an attribute of the instance's own, as the C Future takes
+del fut.custom
+print("custom", hasattr(fut, "custom"))
+try:
+    del fut.custom
+except AttributeError:
+    print("custom AttributeError")
+"""
+
+
+def test_fields_cannot_be_deleted():
+    # test_future_del_segfault and test_del__log_destroy_pending_segfault (asyncio's C
+    # classes): ``del`` of a field raises AttributeError and the object stays whole.
+    # asyncio's pure-Python classes let some go (their instance attributes); snakeloop
+    # refuses as the C ones do, on both builds.
+    expected = "".join(
+        f"{name} AttributeError\n"
+        for name in (
+            "_asyncio_future_blocking",
+            "_log_traceback",
+            "_loop",
+            "_state",
+            "_log_destroy_pending",
+            "_coro",
+        )
+    )
+    expected += "custom False\ncustom AttributeError\nend\n"
+    for kind in ("installed", "pure", "cfuture"):
+        proc = run_child(kind, DELETE_FIELDS)
+        assert (proc.returncode, proc.stdout) == (0, expected), (kind, proc.stderr)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Task.get_context() is new in 3.12")
+def test_uninitialized_task_context():
+    # test_get_context_uninitialized_segfault: a Task subclass whose __init__ skips
+    # Task's.  The compiled Task answers None as asyncio's C Task does; the pure build
+    # raises AttributeError as asyncio's pure-Python Task does.
+    body = """
+        class Uninitialized(Task):
+            def __init__(self, *args, **kwargs):
+                pass
+        try:
+            print("context", Uninitialized().get_context())
+        except AttributeError:
+            print("AttributeError")
+        """
+    outputs = {}
+    for kind in ("installed", "pure", "stdlib", "cfuture"):
+        proc = run_child(kind, body)
+        assert proc.returncode == 0, (kind, proc.stdout, proc.stderr)
+        outputs[kind] = proc.stdout
+    assert outputs["pure"] == outputs["stdlib"] == "AttributeError\nend\n"
+    compiled = outputs["installed"] if snakeloop.COMPILED else outputs["cfuture"]
+    assert compiled == outputs["cfuture"] == "context None\nend\n"
+
+
+def test_uninitialized_future():
+    # test_uninitialized (asyncio's C Future must not crash when __init__ was skipped):
+    # every method raises, with the exceptions CPython's test takes.
+    out = check_program(
+        """
+        import asyncio
+        expected = {
+            "result": asyncio.InvalidStateError,
+            "exception": asyncio.InvalidStateError,
+            "set_result": (RuntimeError, AttributeError),
+            "set_exception": (RuntimeError, AttributeError),
+            "cancel": (RuntimeError, AttributeError),
+            "add_done_callback": (RuntimeError, AttributeError),
+        }
+        args = {"set_result": (None,), "set_exception": (Exception,),
+                "add_done_callback": (lambda f: None,)}
+        for name, raises in expected.items():
+            fut = Future.__new__(Future, loop=loop)
+            try:
+                getattr(fut, name)(*args.get(name, ()))
+            except raises:
+                print(name, "raised")
+        """
+    )
+    assert out.count("raised") == 6
+
+
+def test_task_subclass_finalizer_without_finalization():
+    # test_task_not_crash_without_finalization: a Task subclass's own __del__ replaces
+    # Task's, and the task is freed pending.
+    out = check_program(
+        """
+        import gc
+        class Subclass(Task):
+            def __del__(self):
+                pass
+        async def sleeper():
+            await asyncio.sleep(0.01)
+        coro = sleeper()
+        task = Subclass(coro, loop=loop)
+        task._log_destroy_pending = False
+        del task
+        gc.collect()
+        coro.close()
+        print("freed")
+        """
+    )
+    assert out == "freed\nend\n"
+
+
+def test_failed_task_resurrected_by_exception_handler():
+    # test_register_task_resurrection: a loop without call_soon fails the Task's
+    # __init__, and the exception handler its finalizer calls registers it again.
+    out = check_program(
+        """
+        import gc
+        register = asyncio.tasks._register_task
+        class EvilLoop:
+            def get_debug(self):
+                return False
+            def call_exception_handler(self, context):
+                register(context["task"])
+        async def nothing():
+            pass
+        coro = nothing()
+        try:
+            Task(coro, loop=EvilLoop())
+        except AttributeError:
+            print("AttributeError")
+        coro.close()
+        gc.collect()
+        """
+    )
+    assert out == "AttributeError\nend\n"
+
+
+def test_failed_init_keeps_no_reference():
+    # test_proper_refcounts (gh-126083): Task.__init__ that fails on the name, again and
+    # again, must not keep the context it was given.
+    out = check_program(
+        """
+        import gc
+        class Break:
+            def __str__(self):
+                raise RuntimeError("break")
+        obj = object()
+        before = sys.getrefcount(obj)
+        async def nothing():
+            pass
+        coro = nothing()
+        task = Task.__new__(Task)
+        for _ in range(5):
+            try:
+                task.__init__(coro, loop=loop, context=obj, name=Break())
+            except RuntimeError:
+                pass
+        coro.close()
+        task._log_destroy_pending = False
+        del task
+        gc.collect()
+        print("references kept", sys.getrefcount(obj) - before)
+        """
+    )
+    assert out == "references kept 0\nend\n"
+
+
+def test_callbacks_is_a_copy(any_loop):
+    # test_callbacks_copy (gh-125789, asyncio's C Future): ``_callbacks`` is a new list
+    # each time, so that changing it changes nothing inside the future.
+    fut = any_loop.create_future()
+    f1, f2 = (lambda _: 1), (lambda _: 2)
+    fut.add_done_callback(f1)
+    fut.add_done_callback(f2)
+    callbacks = fut._callbacks
+    if type(fut).__module__.startswith("snakeloop"):
+        assert callbacks is not fut._callbacks
+        callbacks.clear()
+        assert [cb for cb, _ in fut._callbacks] == [f1, f2]
+    fut.remove_done_callback(f1)
+    assert [cb for cb, _ in fut._callbacks] == [f2]
+    fut.remove_done_callback(f2)
+    assert not fut._callbacks
+
+
+def test_task_created_while_a_thread_state_is_cleared():
+    # test_task_created_during_thread_state_clear (gh-159041): a finalizer that runs when
+    # a finished thread's context is cleared creates a task on the loop.
+    out = check_program(
+        """
+        import _thread, contextvars, time
+        var = contextvars.ContextVar("var")
+        made = []
+        async def nothing():
+            return "ran"
+        class CreatesTaskWhenFreed:
+            def __del__(self):
+                made.append(loop.create_task(nothing(), context=contextvars.Context()))
+        def in_thread():
+            var.set(CreatesTaskWhenFreed())  # in the thread state's own context
+        _thread.start_new_thread(in_thread, ())
+        deadline = time.monotonic() + 10
+        while not made and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print("tasks", len(made), asyncio.all_tasks(loop) == set(made))
+        print(loop.run_until_complete(made[0]) if made else "no task")
+        """
+    )
+    assert out == "tasks 1 True\nran\nend\n"

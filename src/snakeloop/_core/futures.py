@@ -60,6 +60,7 @@ if not cython.compiled:
         PyContext_CopyCurrent,
         coro_send,
         drop_empty_dict,
+        generic_delattr,
         is_native_coroutine,
         learn_deque,
         queue_append,
@@ -321,6 +322,20 @@ class Future(_TypingOnlyGeneric[_T]):
     @__class__.setter
     def __class__(self, cls):
         _set_class(self, cls)
+
+    def __delattr__(self, name: str) -> None:
+        # asyncio's C Future and Task refuse to delete their fields with AttributeError
+        # (CPython's test_future_del_segfault, test_del__log_destroy_pending_segfault);
+        # the compiled fields' own descriptors would raise NotImplementedError or set
+        # None, and the interpreted slots would go, leaving a future its methods fail on.
+        if name in _UNDELETABLE:
+            raise AttributeError(
+                f"attribute {name!r} of {type(self).__name__!r} objects cannot be deleted"
+            )
+        if cython.compiled:
+            generic_delattr(self, name)
+        else:
+            object.__delattr__(self, name)
 
     @property
     def _log_traceback(self):
@@ -1094,6 +1109,12 @@ class Task(Future[_T]):
 Task._wakeup.__qualname__ = "Task.task_wakeup"
 
 _OWN_CLASSES = frozenset((Future, Task))
+
+# The fields and properties of Future and Task that ``del`` refuses (see Future.__delattr__).
+_UNDELETABLE = frozenset(
+    {name for cls in (Future, Task) for name in cls.__slots__ if not name.startswith("__")}
+    | {"_log_traceback", "_callbacks", "__class__"}
+)
 
 # A step queued as a plain entry is ``(Task._step, task, context)``: the
 # function and the task, not ``(task._step, None, context)``.  The bound method
