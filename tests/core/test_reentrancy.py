@@ -516,7 +516,8 @@ def test_fields_cannot_be_deleted():
 def test_uninitialized_task_context():
     # test_get_context_uninitialized_segfault: a Task subclass whose __init__ skips
     # Task's.  The compiled Task answers None as asyncio's C Task does; the pure build
-    # raises AttributeError as asyncio's pure-Python Task does.
+    # raises AttributeError as asyncio's pure-Python Task does.  (asyncio's C Task of
+    # 3.12.1 and 3.13.0 crashes here: it is held to the answer on 3.14 only.)
     body = """
         class Uninitialized(Task):
             def __init__(self, *args, **kwargs):
@@ -526,14 +527,16 @@ def test_uninitialized_task_context():
         except AttributeError:
             print("AttributeError")
         """
+    kinds = ["installed", "pure", "stdlib"] + (["cfuture"] if sys.version_info >= (3, 14) else [])
     outputs = {}
-    for kind in ("installed", "pure", "stdlib", "cfuture"):
+    for kind in kinds:
         proc = run_child(kind, body)
         assert proc.returncode == 0, (kind, proc.stdout, proc.stderr)
         outputs[kind] = proc.stdout
     assert outputs["pure"] == outputs["stdlib"] == "AttributeError\nend\n"
-    compiled = outputs["installed"] if snakeloop.COMPILED else outputs["cfuture"]
-    assert compiled == outputs["cfuture"] == "context None\nend\n"
+    if snakeloop.COMPILED:
+        assert outputs["installed"] == outputs.get("cfuture", "context None\nend\n")
+        assert outputs["installed"] == "context None\nend\n"
 
 
 def test_uninitialized_future():
