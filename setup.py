@@ -11,6 +11,9 @@ statements give the classes the .pxd declares the .pxd's bases (see ``_cython_so
   ``SNAKELOOP_REQUIRE_EXTENSIONS=1`` is set, which makes it an error.
 - ``SNAKELOOP_NO_EXTENSIONS=1`` builds the pure wheel (``py3-none-any``).
 - PyPy and other implementations, and free-threaded CPython, get the pure build.
+- ``SNAKELOOP_DEBUG_EXTENSIONS=1`` builds a debug build of the extensions: ``-O0 -g``,
+  Cython's ``boundscheck`` and ``wraparound`` on everywhere, and AddressSanitizer when the
+  compiler can build and link with it (see CONTRIBUTING.md for how to run it).
 - An editable install (``pip install -e .``) is always pure, so that an extension left
   from an earlier build never hides an edit to the source.
 """
@@ -41,6 +44,9 @@ COMPILED_MODULES = [
     "snakeloop.transports.datagram",
 ]
 CYTHON_DIRECTIVES = {"language_level": 3}
+# The debug build's directives, for the whole of each module (a function that turns them
+# off in its decorator, such as runloop._first_deadline, keeps its own).
+DEBUG_DIRECTIVES = {"boundscheck": True, "wraparound": True}
 
 
 def _flag(name: str) -> bool:
@@ -99,6 +105,47 @@ def _write_if_changed(path: str, text: str) -> None:
         f.write(text)
 
 
+def _has_asan() -> bool:
+    """Whether the C compiler builds and links a shared object with AddressSanitizer."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    if not cc or shutil.which(cc[0]) is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "probe.c")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write("int probe(void) { return 0; }\n")
+        result = subprocess.run(
+            [
+                *cc,
+                "-fsanitize=address",
+                "-shared",
+                "-fPIC",
+                source,
+                "-o",
+                os.path.join(tmp, "p.so"),
+            ],
+            capture_output=True,
+        )
+    return result.returncode == 0
+
+
+def _debug_flags() -> tuple[list[str], list[str]]:
+    """Compile and link flags of the debug build (SNAKELOOP_DEBUG_EXTENSIONS)."""
+    compile_args = ["-O0", "-g", "-fno-omit-frame-pointer"]
+    link_args = ["-g"]
+    if _has_asan():
+        compile_args.append("-fsanitize=address")
+        link_args.append("-fsanitize=address")
+        print("snakeloop: debug build with AddressSanitizer", file=sys.stderr)
+    else:
+        print("snakeloop: debug build without AddressSanitizer", file=sys.stderr)
+    return compile_args, link_args
+
+
 def _read(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -109,6 +156,9 @@ def _extensions() -> list:
     from setuptools import Extension
 
     modules = []
+    debug = _flag("SNAKELOOP_DEBUG_EXTENSIONS")
+    compile_args, link_args = _debug_flags() if debug else ([], [])
+    directives = dict(CYTHON_DIRECTIVES, **DEBUG_DIRECTIVES) if debug else CYTHON_DIRECTIVES
     packages = {name.rpartition(".")[0] for name in COMPILED_MODULES}
     for package in packages:
         # The package markers and every .pxd, so that cimports between the modules resolve.
@@ -127,7 +177,10 @@ def _extensions() -> list:
         pxd = _read(pxd_path) if os.path.exists(pxd_path) else ""
         source = os.path.join(CYTHON_SOURCES, relative + ".py")
         _write_if_changed(source, _cython_source(_read(os.path.join("src", relative + ".py")), pxd))
-        modules.append(Extension(name, [source]))
+        # The later -O0 wins over the -O2 or -O3 in Python's own CFLAGS.
+        modules.append(
+            Extension(name, [source], extra_compile_args=compile_args, extra_link_args=link_args)
+        )
     # cythonize's workers come from multiprocessing, whose default on Linux is forkserver
     # from 3.14: each worker imports the main script again, so `python setup.py
     # build_ext` (benchmarks/compiled.py) would run the whole build in every worker.
@@ -136,7 +189,7 @@ def _extensions() -> list:
         multiprocessing.set_start_method("fork", force=True)
     return cythonize(
         modules,
-        compiler_directives=CYTHON_DIRECTIVES,
+        compiler_directives=directives,
         include_path=[CYTHON_SOURCES],
         # The generated C stays out of src/, and so out of the wheels.
         build_dir=CYTHON_DIR,

@@ -59,7 +59,7 @@ def _compiled_only(*args: object) -> object:
 # linters: interpreted, the code that calls them never runs.
 PyContext_CheckExact = PyContext_CopyCurrent = PyContext_Enter = PyContext_Exit = _compiled_only
 monotonic_seconds = coarse_seconds = coarse_step = _compiled_only
-drop_empty_dict = coro_send = is_native_coroutine = address = _compiled_only
+drop_empty_dict = coro_send = is_native_coroutine = address = generic_delattr = _compiled_only
 epoll_wait_list = learn_deque = queue_append = queue_popleft = _compiled_only
 # Whether runloop.pxd's C clock reads what time.monotonic reads: never, here.
 C_MONOTONIC = False

@@ -53,6 +53,17 @@ cdef extern from *:
     object coro_send "snakeloop_coro_send" (object coro, bint *returned)
     bint is_native_coroutine "PyCoro_CheckExact" (object o)
 
+# Future.__delattr__ hands a name that is not a field on to the generic rule
+# (the instance dict, a subclass's descriptors): object.__delattr__ refuses a
+# type whose tp_setattro is Cython's own.
+cdef extern from *:
+    """
+    static int snakeloop_generic_delattr(PyObject *o, PyObject *name) {
+        return PyObject_GenericSetAttr(o, name, NULL);
+    }
+    """
+    int generic_delattr "snakeloop_generic_delattr" (object o, object name) except -1
+
 cdef class Task(Future):
     cdef public object _log_destroy_pending
     cdef public object _name

@@ -60,6 +60,7 @@ if not cython.compiled:
         PyContext_CopyCurrent,
         coro_send,
         drop_empty_dict,
+        generic_delattr,
         is_native_coroutine,
         learn_deque,
         queue_append,
@@ -338,6 +339,20 @@ class Future(_TypingOnlyGeneric[_T]):
     def __class__(self, cls):
         _set_class(self, cls)
 
+    def __delattr__(self, name: str) -> None:
+        # asyncio's C Future and Task refuse to delete their fields with AttributeError
+        # (CPython's test_future_del_segfault, test_del__log_destroy_pending_segfault);
+        # the compiled fields' own descriptors would raise NotImplementedError or set
+        # None, and the interpreted slots would go, leaving a future its methods fail on.
+        if name in _UNDELETABLE:
+            raise AttributeError(
+                f"attribute {name!r} of {type(self).__name__!r} objects cannot be deleted"
+            )
+        if cython.compiled:
+            generic_delattr(self, name)
+        else:
+            object.__delattr__(self, name)
+
     @property
     def _log_traceback(self):
         return self._log_traceback_flag
@@ -365,8 +380,9 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state  # see "Borrowed fields" in remove_done_callback
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             return False
         self._state = _CANCELLED
@@ -412,7 +428,8 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def cancelled(self) -> bool:
         try:
-            return self._state == _CANCELLED
+            state = self._state
+            return state == _CANCELLED
         except AttributeError:  # never initialized: pending
             return False
 
@@ -466,39 +483,67 @@ class Future(_TypingOnlyGeneric[_T]):
     def add_done_callback(
         self, fn: Callable[[Self], object], *, context: Context | None = None
     ) -> None:
-        if self._state != _PENDING:
-            self._loop.call_soon(fn, self, context=context)
+        state = self._state
+        if state != _PENDING:
+            loop = self._loop
+            loop.call_soon(fn, self, context=context)
             return
         if context is None:
             context = _copy_context()
         # Most futures get one callback (the task awaiting them): it is kept
         # in two attributes, and a list exists only from the second one on.
-        if self._callback0 is None and self._more_callbacks is None:
+        more = self._more_callbacks
+        if self._callback0 is None and more is None:
             self._callback0 = fn
             self._context0 = context
-        elif self._more_callbacks is None:
+        elif more is None:
             self._more_callbacks = [(fn, context)]
         else:
-            self._more_callbacks.append((fn, context))
+            more.append((fn, context))
 
     def remove_done_callback(self, fn: Callable[[Self], object]) -> int:
         removed = 0
-        if self._callback0 is not None and self._callback0 == fn:
+        # Borrowed fields: compiled, ``self._callback0 == fn`` would hand the
+        # comparison the field's pointer without a reference of its own, and
+        # a user's __eq__ (fn's reflected one runs first for a subclass) may
+        # clear the field, freeing the object while it is being compared
+        # (python/cpython#125966).  A local holds a reference, as the
+        # interpreter's stack does; every field that user code could change
+        # under a call is read into a local first, in this module and in
+        # handles.py and runloop.py (docs/design.md, "Reentrancy").
+        callback0 = self._callback0
+        if callback0 is not None and callback0 == fn:
+            # The local lets go first: the field's release then frees the
+            # callback here, before the rest is walked, as asyncio's Futures
+            # free what they remove (the interpreted frame would free it only
+            # after the argument, at its return, and the compiled one before:
+            # a finalizer would see the builds differ).
+            callback0 = None
             self._callback0 = self._context0 = None
             removed = 1
+        callback0 = None  # an __eq__ that removed it left the local the last one
         more = self._more_callbacks
         if more:
+            count = len(more)
             kept = [(f, ctx) for (f, ctx) in more if f != fn]
-            if len(kept) != len(more):
+            if not more or self._more_callbacks is not more:
+                # An __eq__ emptied the list, or the future let go of it,
+                # while it was walked: asyncio's C Future then counts the
+                # whole list as removed and keeps none (its fix of
+                # python/cpython#97592; the pure-Python one counts less
+                # than nothing).
+                removed += count
+            elif len(kept) != len(more):
                 removed += len(more) - len(kept)
                 more[:] = kept
-        elif cython.compiled and self._state is None:
+        elif cython.compiled and self._state is None:  # an identity test runs no user code
             _not_initialized(self, "_callback0")
         return removed
 
     def set_result(self, result: _T) -> None:
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         self._result = result
@@ -517,8 +562,9 @@ class Future(_TypingOnlyGeneric[_T]):
         self._schedule_callbacks()
 
     def set_exception(self, exception: type[BaseException] | BaseException) -> None:
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             raise _InvalidStateError(f"{self._state}: {self!r}")
         if isinstance(exception, type):
@@ -544,7 +590,8 @@ class Future(_TypingOnlyGeneric[_T]):
 
     def __await__(self) -> Generator[Any, None, _T]:
         try:
-            if self._state == _PENDING:
+            state = self._state
+            if state == _PENDING:
                 self._asyncio_future_blocking = True
                 yield self  # the Task hangs its wakeup on this future
             state = self._state
@@ -679,7 +726,8 @@ class Task(Future[_T]):
 
     def __del__(self):
         try:
-            pending = self._state == _PENDING and self._log_destroy_pending
+            state = self._state
+            pending = state == _PENDING and self._log_destroy_pending
         except AttributeError:
             return  # never initialized
         if pending:
@@ -728,11 +776,13 @@ class Task(Future[_T]):
 
     def cancel(self, msg: Any | None = None) -> bool:
         self._log_traceback_flag = False
-        if self._state != _PENDING:
-            if cython.compiled and self._state is None:
+        state = self._state
+        if state != _PENDING:
+            if cython.compiled and state is None:
                 _not_initialized(self, "_state")
             return False
-        self._num_cancels_requested += 1
+        requested = self._num_cancels_requested
+        self._num_cancels_requested = requested + 1
         waiter = self._fut_waiter
         if waiter is not None and waiter.cancel(msg=msg):
             return True
@@ -745,9 +795,11 @@ class Task(Future[_T]):
         return self._num_cancels_requested
 
     def uncancel(self) -> int:
-        if self._num_cancels_requested > 0:
-            self._num_cancels_requested -= 1
-            if _PY313 and self._num_cancels_requested == 0:
+        requested = self._num_cancels_requested
+        if requested > 0:
+            requested -= 1
+            self._num_cancels_requested = requested
+            if _PY313 and requested == 0:
                 self._must_cancel = False
         return self._num_cancels_requested
 
@@ -766,7 +818,8 @@ class Task(Future[_T]):
         try:
             _register_eager_task(self)
             try:
-                self._context.run(self._step)
+                context = self._context
+                context.run(self._step)
             finally:
                 _unregister_eager_task(self)
         finally:
@@ -774,7 +827,8 @@ class Task(Future[_T]):
                 if prev_task is not None:
                     _swap_current_task(loop, prev_task)
             finally:
-                if self._state != _PENDING:
+                state = self._state
+                if state != _PENDING:
                     self._coro = None
                 else:
                     _register_task(self)
@@ -804,7 +858,8 @@ class Task(Future[_T]):
         def _step_now(self, exc):
             # A C method: _wakeup calls it without looking _step up on the
             # task and binding it (about 350 instructions per wakeup).
-            if self._state != _PENDING:
+            state = self._state
+            if state != _PENDING:
                 raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
             if self._must_cancel:
                 if not isinstance(exc, _CancelledError):
@@ -836,7 +891,8 @@ class Task(Future[_T]):
                 if returned:
                     if self._must_cancel:
                         self._must_cancel = False
-                        Future.cancel(self, msg=self._cancel_message)
+                        msg = self._cancel_message
+                        Future.cancel(self, msg=msg)
                     else:
                         self._result = result
                         self._state = _FINISHED
@@ -855,7 +911,8 @@ class Task(Future[_T]):
                     if ready is not None:
                         _append_plain(ready, (_TASK_STEP, self, self._context))
                     else:
-                        loop.call_soon(self._step, context=self._context)
+                        context = self._context
+                        loop.call_soon(self._step, context=context)
                 elif type(result) in _OWN_CLASSES:
                     fut = result
                     if not fut._asyncio_future_blocking:
@@ -872,17 +929,22 @@ class Task(Future[_T]):
                         )
                     else:
                         fut._asyncio_future_blocking = False
-                        if fut._state == _PENDING:
+                        state = fut._state
+                        if state == _PENDING:
                             if fut._callback0 is None and fut._more_callbacks is None:
                                 fut._callback0 = self._wakeup
                                 fut._context0 = self._context
                             else:
-                                fut.add_done_callback(self._wakeup, context=self._context)
+                                context = self._context
+                                fut.add_done_callback(self._wakeup, context=context)
                         else:
-                            _schedule(loop, self._wakeup, fut, self._context)
+                            context = self._context
+                            _schedule(loop, self._wakeup, fut, context)
                         self._fut_waiter = fut
-                        if self._must_cancel and fut.cancel(msg=self._cancel_message):
-                            self._must_cancel = False
+                        if self._must_cancel:
+                            msg = self._cancel_message
+                            if fut.cancel(msg=msg):
+                                self._must_cancel = False
                 else:
                     self._handle_yield(result)
             finally:
@@ -899,7 +961,8 @@ class Task(Future[_T]):
             # futures, a bare yield) are handled inline.  Such a future is ``fut``,
             # typed when compiled: its fields are then read and set in C, not
             # looked up by name (a quarter of the spawn row's step cost there).
-            if self._state != _PENDING:
+            state = self._state
+            if state != _PENDING:
                 raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
             if self._must_cancel:
                 if not isinstance(exc, _CancelledError):
@@ -913,7 +976,8 @@ class Task(Future[_T]):
             except StopIteration as stop:
                 if self._must_cancel:
                     self._must_cancel = False
-                    Future.cancel(self, msg=self._cancel_message)
+                    msg = self._cancel_message
+                    Future.cancel(self, msg=msg)
                 else:
                     # Future.set_result without its state check: a task only
                     # becomes done here, so it is still pending.
@@ -951,7 +1015,8 @@ class Task(Future[_T]):
                     if ready is not None:
                         ready.append((_TASK_STEP, self, self._context))
                     else:
-                        loop.call_soon(self._step, context=self._context)
+                        context = self._context
+                        loop.call_soon(self._step, context=context)
                 elif type(result) in _OWN_CLASSES:
                     fut = result
                     if not fut._asyncio_future_blocking:
@@ -968,18 +1033,23 @@ class Task(Future[_T]):
                         )
                     else:
                         fut._asyncio_future_blocking = False
-                        if fut._state == _PENDING:
+                        state = fut._state
+                        if state == _PENDING:
                             # add_done_callback, written out for the common case.
                             if fut._callback0 is None and fut._more_callbacks is None:
                                 fut._callback0 = self._wakeup
                                 fut._context0 = self._context
                             else:
-                                fut.add_done_callback(self._wakeup, context=self._context)
+                                context = self._context
+                                fut.add_done_callback(self._wakeup, context=context)
                         else:
-                            _schedule(loop, self._wakeup, fut, self._context)
+                            context = self._context
+                            _schedule(loop, self._wakeup, fut, context)
                         self._fut_waiter = fut
-                        if self._must_cancel and fut.cancel(msg=self._cancel_message):
-                            self._must_cancel = False
+                        if self._must_cancel:
+                            msg = self._cancel_message
+                            if fut.cancel(msg=msg):
+                                self._must_cancel = False
                 else:
                     self._handle_yield(result)
             finally:
@@ -991,7 +1061,9 @@ class Task(Future[_T]):
         _step_now = _step
 
     def _reschedule_with_error(self, exc):
-        self._loop.call_soon(self._step, exc, context=self._context)
+        loop = self._loop
+        context = self._context
+        loop.call_soon(self._step, exc, context=context)
 
     def _handle_yield(self, result):
         """What any other yielded value asks for (foreign futures, bugs)."""
@@ -1007,10 +1079,15 @@ class Task(Future[_T]):
                     new_exc = RuntimeError(f"Task cannot await on itself: {self!r}")
                 else:
                     result._asyncio_future_blocking = False
-                    result.add_done_callback(self._wakeup, context=self._context)
+                    context = self._context
+                    result.add_done_callback(self._wakeup, context=context)
                     self._fut_waiter = result
-                    if self._must_cancel and result.cancel(msg=self._cancel_message):
-                        self._must_cancel = False
+                    if self._must_cancel:
+                        # The future is foreign: its cancel() may change this
+                        # task (python/cpython#126138).
+                        msg = self._cancel_message
+                        if result.cancel(msg=msg):
+                            self._must_cancel = False
                     return
             else:
                 new_exc = RuntimeError(
@@ -1053,6 +1130,12 @@ class Task(Future[_T]):
 Task._wakeup.__qualname__ = "Task.task_wakeup"
 
 _OWN_CLASSES = frozenset((Future, Task))
+
+# The fields and properties of Future and Task that ``del`` refuses (see Future.__delattr__).
+_UNDELETABLE = frozenset(
+    {name for cls in (Future, Task) for name in cls.__slots__ if not name.startswith("__")}
+    | {"_log_traceback", "_callbacks", "__class__"}
+)
 
 # A step queued as a plain entry is ``(Task._step, task, context)``: the
 # function and the task, not ``(task._step, None, context)``.  The bound method

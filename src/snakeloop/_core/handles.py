@@ -152,8 +152,15 @@ class Handle(events.Handle):
         info = [type(self).__name__]
         if self._cancelled:
             info.append("cancelled")
-        if self._callback is not None:
-            info.append(_callback_text(self._callback, self._args, self._loop))
+        callback = self._callback
+        if callback is not None:
+            # Locals, not the fields, go to calls that run user code (reprs,
+            # the loop's get_debug): compiled, a field passed on is borrowed,
+            # and a cancel() from that code would free it (docs/design.md,
+            # "Reentrancy").
+            args = self._args
+            loop = self._loop
+            info.append(_callback_text(callback, args, loop))
         if self._source_traceback:
             frame = self._source_traceback[-1]
             info.append(f"created at {frame[0]}:{frame[1]}")
@@ -170,7 +177,8 @@ class Handle(events.Handle):
     def cancel(self) -> None:
         if not self._cancelled:
             self._cancelled = True
-            if self._loop._debug:
+            loop = self._loop
+            if loop._debug:
                 # Keep the text while callback and args still exist, so a
                 # later "Executing <Handle ...> took 2.5 seconds" can name it.
                 self._repr = repr(self)
@@ -182,7 +190,10 @@ class Handle(events.Handle):
 
     def _run(self) -> None:
         try:
-            self._context.run(self._callback, *self._args)
+            context = self._context
+            callback = self._callback
+            args = self._args
+            context.run(callback, *args)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -190,7 +201,10 @@ class Handle(events.Handle):
         self = None  # type: ignore[assignment]  # drop this frame's reference on error paths
 
     def _report(self, exc: BaseException) -> None:
-        cb = _callback_text(self._callback, self._args, self._loop)
+        callback = self._callback
+        args = self._args
+        loop = self._loop
+        cb = _callback_text(callback, args, loop)
         context = {
             "message": f"Exception in callback {cb}",
             "exception": exc,
@@ -198,7 +212,7 @@ class Handle(events.Handle):
         }
         if self._source_traceback:
             context["source_traceback"] = self._source_traceback
-        self._loop.call_exception_handler(context)
+        loop.call_exception_handler(context)
 
 
 class TimerHandle(Handle, events.TimerHandle):
@@ -242,37 +256,61 @@ class TimerHandle(Handle, events.TimerHandle):
         info.insert(2 if self._cancelled else 1, f"when={self._when}")
         return info
 
+    # The comparisons read the fields into locals: ``when`` may be any
+    # number, whose comparison may run user code that changes the timer
+    # (see Handle._repr_info).
     def __hash__(self) -> int:
-        return hash(self._when)
+        when = self._when
+        return hash(when)
 
     def __lt__(self, other: object) -> bool:
         if isinstance(other, TimerHandle):
-            return self._when < other._when
+            when = self._when
+            other_when = other._when
+            return when < other_when
         return NotImplemented
 
     def __le__(self, other: object) -> bool:
         if isinstance(other, TimerHandle):
-            return self._when < other._when or self.__eq__(other)
+            when = self._when
+            other_when = other._when
+            return when < other_when or self.__eq__(other)
         return NotImplemented
 
     def __gt__(self, other: object) -> bool:
         if isinstance(other, TimerHandle):
-            return self._when > other._when
+            when = self._when
+            other_when = other._when
+            return when > other_when
         return NotImplemented
 
     def __ge__(self, other: object) -> bool:
         if isinstance(other, TimerHandle):
-            return self._when > other._when or self.__eq__(other)
+            when = self._when
+            other_when = other._when
+            return when > other_when or self.__eq__(other)
         return NotImplemented
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TimerHandle):
-            return (
-                self._when == other._when
-                and self._callback == other._callback
-                and self._args == other._args
-                and self._cancelled == other._cancelled
-            )
+            # asyncio's ``a == b and c == d and ...``: the first false result
+            # itself, whatever its type.
+            when = self._when
+            other_when = other._when
+            same = when == other_when
+            if not same:
+                return same
+            callback = self._callback
+            other_callback = other._callback
+            same = callback == other_callback
+            if not same:
+                return same
+            args = self._args
+            other_args = other._args
+            same = args == other_args
+            if not same:
+                return same
+            return self._cancelled == other._cancelled
         return NotImplemented
 
     # cancel() is defined once per build, as the loop's _push_timer is: the

@@ -253,11 +253,15 @@ def _earlier(a, b):
         return True
     if y < x:
         return False
-    if type(a._when) is not float or type(b._when) is not float:
-        # Equal doubles, or NaN: ints or Fractions may still differ.
-        if a._when < b._when:
+    a_when = a._when
+    b_when = b._when
+    if type(a_when) is not float or type(b_when) is not float:
+        # Equal doubles, or NaN: ints or Fractions may still differ.  The
+        # locals hold the numbers while their comparison runs (it may be
+        # Python code that changes the timers).
+        if a_when < b_when:
             return True
-        if b._when < a._when:
+        if b_when < a_when:
             return False
     return a._seq < b._seq
 
@@ -474,19 +478,24 @@ def _run_live_handle(handle):
     """
     context = handle._context
     args = handle._args
+    # The callback is held by a local, not called through the field: the
+    # callback may cancel its own handle, which drops the field's reference,
+    # and a C callable (a compiled method, functools.partial) would then run
+    # on a freed object (docs/design.md, "Reentrancy").
+    callback = handle._callback
     if PyContext_CheckExact(context):
         PyContext_Enter(context)
         try:
             if args:
-                handle._callback(*args)
+                callback(*args)
             else:
-                handle._callback()
+                callback()
         finally:
             PyContext_Exit(context)
     elif args:
-        context.run(handle._callback, *args)
+        context.run(callback, *args)
     else:
-        context.run(handle._callback)
+        context.run(callback)
 
 
 def _as_handle(loop: Any, entry: Any) -> Handle:
@@ -718,13 +727,14 @@ class CoreLoop:
         calls this.
         """
         plain: collections.deque[Any] | None = None
+        ready = self._ready
         if (
             self._accepts_plain_callbacks
             and not self._debug
             and not self._closed
-            and self._ready.__class__ is collections.deque
+            and ready.__class__ is collections.deque
         ):
-            plain = self._ready
+            plain = ready
         self._plain_ready = plain
 
     # The compiled build's create_task and create_future: the loop's Task
@@ -805,9 +815,10 @@ class CoreLoop:
 
     def _check_thread(self):
         """In debug mode, refuse non-thread-safe calls from another thread."""
-        if self._thread_id is None:
+        thread_id = self._thread_id
+        if thread_id is None:
             return
-        if _get_ident() != self._thread_id:
+        if _get_ident() != thread_id:
             raise RuntimeError(
                 "Non-thread-safe operation invoked on an event loop other than the current one"
             )

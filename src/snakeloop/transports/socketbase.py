@@ -163,7 +163,10 @@ class SocketTransportBase:
         """The last step of ``__init__``: tell the protocol, then read."""
         loop = self._loop
         loop._attach_transport(self._sock_fd, self)
-        loop.call_soon(self._protocol.connection_made, self)
+        # The protocol through a local: its attribute lookup is user code,
+        # which could replace it (docs/design.md, "Reentrancy").
+        protocol = self._protocol
+        loop.call_soon(protocol.connection_made, self)
         # Reading starts after connection_made has run.
         loop.call_soon(self._add_reader)
         if waiter is not None:
@@ -238,12 +241,16 @@ class SocketTransportBase:
         self._maybe_pause_protocol()
 
     def _maybe_pause_protocol(self):
-        if self._buffer_size > self._high_water and not self._protocol_paused:
+        # The marks are read into locals, which hold them while they are
+        # compared: they are the caller's numbers (docs/design.md, "Reentrancy").
+        high = self._high_water
+        if self._buffer_size > high and not self._protocol_paused:
             self._protocol_paused = True
             tell_protocol(self, "pause_writing")
 
     def _maybe_resume_protocol(self):
-        if self._protocol_paused and self._buffer_size <= self._low_water:
+        low = self._low_water
+        if self._protocol_paused and self._buffer_size <= low:
             self._protocol_paused = False
             tell_protocol(self, "resume_writing")
 

@@ -159,7 +159,8 @@ class SocketTransport(SocketTransportBase):
             and self._loop._get_reader(self._sock_fd) is not None
         ):
             # Switch the registered reader to the new kind of protocol.
-            self._loop._add_reader(self._sock_fd, *self._reader())
+            loop = self._loop
+            loop._add_reader(self._sock_fd, *self._reader())
 
     def _reader(self):
         """The read callback for the protocol's kind, and its arguments."""
@@ -179,7 +180,8 @@ class SocketTransport(SocketTransportBase):
             # After a kept-open EOF there is nothing left to read: watching
             # again would report the same EOF a second time.
             return
-        self._loop._add_reader(self._sock_fd, *self._reader())
+        loop = self._loop
+        loop._add_reader(self._sock_fd, *self._reader())
 
     # _read_data and write come in two builds, alike but for the socket call: the
     # compiled build calls recv(2) and send(2) on the fd itself when it may
