@@ -74,3 +74,12 @@ def start_tls_takes_reader_buffer() -> bool:
     bytes its StreamReader had buffered (a ClientHello that came with the STARTTLS line)
     to the TLS protocol, instead of leaving the handshake waiting for them."""
     return "_stream_reader" in _source(asyncio.base_events.BaseEventLoop.start_tls)
+
+
+def refused_run_forever_keeps_running_loop() -> bool:
+    """A run_forever() refused because another loop runs in the thread leaves that loop
+    the running one.  3.13.0's runs its cleanup (which unsets the running loop) after the
+    setup that refused: ``_run_forever_setup()`` sits inside its ``try``."""
+    source = _source(asyncio.base_events.BaseEventLoop.run_forever)
+    body = source[source.index('"""', source.index('"""') + 3) + 3 :]
+    return body.find("_run_forever_setup()") < body.find("try:")

@@ -18,6 +18,7 @@ import sys
 import threading
 import warnings
 
+import _upstream
 import pytest
 from _loopkit import (
     LOOP_KINDS,
@@ -385,11 +386,12 @@ def test_run_loop_inside_other_running_loop(outer_kind, inner_kind, runner):
             outer.call_soon(cb)
             outer.run_forever()
             results.append(box)
-    assert results[1] == results[0]
-    assert results[1] == [
-        Raised(RuntimeError("Cannot run the event loop while another loop is running")),
-        True,
-    ]
+    refused = Raised(RuntimeError("Cannot run the event loop while another loop is running"))
+    # asyncio's bug (3.13.0): its refused run_forever() unsets the running loop.  snakeloop
+    # keeps it, as asyncio's other runners and its later releases do.
+    stdlib_keeps = runner != "run_forever" or _upstream.refused_run_forever_keeps_running_loop()
+    assert results[0] == [refused, stdlib_keeps]
+    assert results[1] == [refused, stdlib_keeps or inner_kind == "snakeloop"]
 
 
 def test_running_state(any_loop):
