@@ -41,7 +41,8 @@ elif KIND == "cfuture":  # asyncio's C classes: an oracle only where they have t
 else:
     import snakeloop
     assert KIND == "installed" or not snakeloop.COMPILED
-    loop = snakeloop.new_event_loop()
+    # snakeloop's own classes, which from 3.14 a loop makes only when asked.
+    loop = snakeloop.new_event_loop(stdlib_futures=False)
     Future, Task = type(loop.create_future()), snakeloop.Task
 
 class Marker(Exception):

@@ -157,8 +157,9 @@ if KIND == "stdlib":
 else:
     import snakeloop
     assert KIND == "installed" or not snakeloop.COMPILED
-    new_loop = snakeloop.new_event_loop
-    _loop = snakeloop.new_event_loop()
+    # snakeloop's own classes, which from 3.14 a loop makes only when asked.
+    new_loop = lambda: snakeloop.new_event_loop(stdlib_futures=False)
+    _loop = new_loop()
     Future = type(_loop.create_future())
     _loop.close()
 """
