@@ -198,7 +198,9 @@ class Handle(events.Handle):
             raise
         except BaseException as exc:
             self._report(exc)
-        self = None  # type: ignore[assignment]  # drop this frame's reference on error paths
+        # Drop this frame's references on error paths: an error's traceback keeps the
+        # frame, and the callback (a task's step) would keep the error in a cycle.
+        self = context = callback = args = None  # type: ignore[assignment]
 
     def _report(self, exc: BaseException) -> None:
         callback = self._callback
