@@ -177,7 +177,10 @@ def test_evil_getattribute_frees_context0():
                 raise Marker
             def __getattribute__(self, name):
                 if name == "call_soon":
-                    fut.__init__(loop=PlainLoop())
+                    try:
+                        fut.__init__(loop=PlainLoop())
+                    except RuntimeError as exc:  # 3.15 refuses a second __init__
+                        print("init refused:", exc)
                 return object.__getattribute__(self, name)
         fut = Future(loop=EvilLoop())
         fut.add_done_callback(lambda f: None, context=contextvars.Context())
@@ -195,11 +198,22 @@ def test_evil_getattribute_frees_context0():
     # (``_callbacks`` is left out: the C Future lists no callbacks as None, snakeloop as
     # the pure-Python one does, [].)
     expected = "call_soon with Context\nMarker raised\nstate PENDING done False\nend\n"
+    if sys.version_info >= (3, 15):
+        # 3.15 refuses the second __init__ (every Future alike): nothing is dropped.
+        expected = (
+            "init refused: Future object is already initialized\n"
+            + expected.replace("PENDING done False", "FINISHED done True")
+        )
+        assert outputs["stdlib"].stdout == expected
+    else:
+        finished = expected.replace("PENDING done False", "FINISHED done True")
+        assert outputs["stdlib"].stdout == finished
     assert outputs["installed"].stdout == outputs["pure"].stdout == expected
-    assert outputs["stdlib"].stdout == expected.replace("PENDING done False", "FINISHED done True")
     if C_FUTURE_REINIT_FIXED:
         c_future = run_child("cfuture", body)
-        assert (c_future.returncode, c_future.stdout) == (0, expected), c_future.stderr
+        # (3.15's C Future names its module in the refusal: "_asyncio.Future object ...".)
+        c_out = c_future.stdout.replace("_asyncio.Future object", "Future object")
+        assert (c_future.returncode, c_out) == (0, expected), c_future.stderr
 
 
 @pytest.mark.parametrize("what", ["mutation", "clear", "add"])
