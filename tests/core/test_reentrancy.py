@@ -200,9 +200,8 @@ def test_evil_getattribute_frees_context0():
     expected = "call_soon with Context\nMarker raised\nstate PENDING done False\nend\n"
     if sys.version_info >= (3, 15):
         # 3.15 refuses the second __init__ (every Future alike): nothing is dropped.
-        expected = (
-            "init refused: Future object is already initialized\n"
-            + expected.replace("PENDING done False", "FINISHED done True")
+        expected = "init refused: Future object is already initialized\n" + expected.replace(
+            "PENDING done False", "FINISHED done True"
         )
         assert outputs["stdlib"].stdout == expected
     else:
