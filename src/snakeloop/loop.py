@@ -122,6 +122,11 @@ EPOCH_NEEDS_VIRTUAL_TIME = (
 # swapped at that iteration boundary (_run_iterations binds it once).
 _SWITCH_READY = "switch ready queue"
 
+# asyncio's Task as the core saw it at import: the C one, which the core makes
+# directly (a test that later puts asyncio's Python Task in its place, as
+# CPython's test_free_threading does, gets the general path).
+_DIRECT_STDLIB_TASK = asyncio.Task
+
 # What Loop(on_deadlock=...) takes (see snakeloop.deadlock).
 DEADLOCK_MODES = ("raise", "log", "ignore")
 
@@ -1097,7 +1102,7 @@ class Loop(
 
     def _refresh_direct_task_class(self) -> None:
         """Whatever sets ``_task_factory`` or ``_task_class`` calls this (see ``create_task``)."""
-        if self._task_factory is None and self._task_class in (Task, asyncio.Task):
+        if self._task_factory is None and self._task_class in (Task, _DIRECT_STDLIB_TASK):
             self._direct_task_class = self._task_class
         else:
             self._direct_task_class = None

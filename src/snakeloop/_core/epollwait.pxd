@@ -8,11 +8,12 @@
 # one per loop: the wait runs without the GIL, so two loops in two threads must not share
 # one.
 #
-# OS and CPython facts it relies on (CPython's Modules/selectmodule.c, 3.11 to 3.13):
+# OS and CPython facts it relies on (CPython's Modules/selectmodule.c, 3.11 to 3.15):
 # * timeout None blocks (-1 ms).  A number of seconds becomes nanoseconds rounded away
 #   from zero, then milliseconds rounded up, so a poll never returns before its timeout; a
 #   negative one blocks, as -1 does; beyond int64 ns is OverflowError("timestamp out of
-#   range for platform time_t"), beyond INT_MAX ms OverflowError("timeout is too large");
+#   range for platform time_t", and from 3.14 "... for C PyTime_t"), beyond INT_MAX ms
+#   OverflowError("timeout is too large");
 #   anything else is TypeError("timeout must be an integer or None"), as
 #   _PyTime_FromSecondsObject words it for a non-number.
 # * EINTR: the signal handlers run (an exception from one propagates), and the wait is
@@ -55,7 +56,11 @@ cdef extern from *:
         ns = s * 1e9;
         ns = ns >= 0 ? ceil(ns) : floor(ns);
         if (!(ns >= -9223372036854775808.0 && ns < 9223372036854775808.0)) {
+#if PY_VERSION_HEX >= 0x030E0000
+            PyErr_SetString(PyExc_OverflowError, "timestamp out of range for C PyTime_t");
+#else
             PyErr_SetString(PyExc_OverflowError, "timestamp out of range for platform time_t");
+#endif
             return 0;
         }
         if (ns / 1e6 > (double)INT_MAX || ns / 1e6 < (double)INT_MIN) {

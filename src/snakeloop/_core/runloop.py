@@ -166,7 +166,9 @@ _INF = float("inf")
 # The default of create_task's keywords in the compiled build: one that was not given is
 # not passed on to a task factory (3.14's create_task forwards exactly what it got).
 _OMITTED = object()
-# asyncio's Task (C), which a loop with stdlib_futures makes directly too.
+# asyncio's Task (C) as it was at import, which a loop with stdlib_futures makes
+# directly too: a test that puts asyncio's Python Task in its place later gets the
+# general path (Loop._refresh_direct_task_class).
 _C_TASK: Any = asyncio.Task
 # Compiled, on Linux: the coarse clock's tick (runloop.pxd), or 0 where there
 # is none.  With a timer pending, each iteration reads that clock first, and
