@@ -23,14 +23,16 @@ def test_r_ex_1_many_calls_half_cancelled(any_loop):
     baseline = len(_executor_threads())
 
     def work(i):
-        time.sleep(rng.random() * 0.0005)
+        time.sleep(((i * 7919) % 1000) / 2_000_000)  # up to 0.5 ms
         return i * i
 
     async def main():
         futures = [loop.run_in_executor(None, work, i) for i in range(1000)]
-        cancelled = set(rng.sample(range(1000), 500))
-        for i in cancelled:
-            futures[i].cancel()
+        # A job can finish before run_in_executor returns: its future is then done
+        # already (asyncio's wrap_future copies a finished job's result at once), and
+        # cancel() says so.  Only those that cancel() cancelled must end cancelled.
+        cancelled = {i for i in rng.sample(range(1000), 500) if futures[i].cancel()}
+        assert len(cancelled) >= 400
         results = await asyncio.gather(*futures, return_exceptions=True)
         for i, result in enumerate(results):
             if i in cancelled:
