@@ -928,13 +928,10 @@ class Loop(
         return ordered
 
     def _create_task_recording_site(
-        self,
-        coro: _CoroutineLike[_T],
-        *,
-        name: object = None,
-        context: Context | None = None,
+        self, coro: _CoroutineLike[_T], **kwargs: Any
     ) -> asyncio.Task[_T]:
-        task = Loop.create_task(self, coro, name=name, context=context)
+        # The keywords as given: from 3.14 a task factory gets exactly those.
+        task = Loop.create_task(self, coro, **kwargs)
         frame = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
             frame = frame.f_back  # type: ignore[assignment]

@@ -114,3 +114,31 @@ def test_eager_start_runs_the_first_step_at_once(stdlib_futures):
         assert got == (True, "unset")
     else:
         assert got.type is TypeError
+
+
+@pytest.mark.parametrize("on_deadlock", [None, "raise"], ids=["production", "test-mode"])
+def test_a_factory_of_two_arguments_on_a_loop_that_records_task_sites(on_deadlock):
+    """A test-mode or seeded loop records where each task was made, in front of
+    ``create_task``: it must hand the factory the keywords it was given and no others
+    (it passed ``name`` and ``context`` always, which a ``(loop, coro)`` factory refuses
+    on 3.14, as in CPython's test_run_coroutine_threadsafe_task_factory_exception)."""
+    from _loopkit import new_loop
+
+    made = []
+
+    def factory(loop, coro):
+        task = asyncio.Task(coro, loop=loop)
+        made.append(task)
+        return task
+
+    loop = new_loop("snakeloop", on_deadlock=on_deadlock)
+    try:
+        loop.set_task_factory(factory)
+
+        async def main():
+            return await loop.create_task(_answer())
+
+        assert loop.run_until_complete(main()) == "unset"
+        assert len(made) == 2  # main's task, and the one it made
+    finally:
+        loop.close()
