@@ -44,6 +44,12 @@ logger = logging.getLogger("asyncio")
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
 _HAS_IPV6 = hasattr(socket, "AF_INET6")
+# A cancelled serve_forever() closes the server's connections too from 3.14 on
+# (gh-123720), and in whichever patch release took that fix: asked of asyncio's
+# own method, not of the version.
+_SERVE_FOREVER_CLOSES_CLIENTS = (
+    "close_clients" in base_events.Server.serve_forever.__code__.co_names
+)
 
 
 async def _first_iteration(server: Server) -> None:
@@ -172,6 +178,8 @@ class Server(base_events.Server):
         except exceptions.CancelledError:
             try:
                 self.close()
+                if _SERVE_FOREVER_CLOSES_CLIENTS:
+                    self.close_clients()
                 await self.wait_closed()
             finally:
                 raise

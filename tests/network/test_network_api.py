@@ -206,3 +206,56 @@ def test_close_a_server_whose_socket_was_closed():
         return run(loop, main())
 
     assert_same(scenario)
+
+
+def _cancel_serve_forever_with_a_connected_client(loop: asyncio.AbstractEventLoop) -> object:
+    """What a cancelled ``serve_forever()`` does to a connection it still holds: from
+    3.14 asyncio closes the server's connections too (gh-123720), so ``wait_closed()``
+    returns; before, the connection stays open and ``wait_closed()`` waits for it (3.12
+    and 3.13) or returns at once (3.11)."""
+
+    async def main() -> object:
+        made = asyncio.Event()
+        lost: list[object] = []
+
+        class Proto(asyncio.Protocol):
+            def connection_made(self, transport):
+                self.transport = transport
+                made.set()
+
+            def connection_lost(self, exc):
+                lost.append(exc)
+
+        protocols: list[Proto] = []
+
+        def factory() -> Proto:
+            protocols.append(Proto())
+            return protocols[-1]
+
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        serving = asyncio.ensure_future(server.serve_forever())
+        await asyncio.sleep(0)
+        client = socket.create_connection(server.sockets[0].getsockname()[:2])
+        try:
+            await made.wait()
+            serving.cancel()
+            try:
+                await serving
+            except asyncio.CancelledError:
+                pass
+            waiting = asyncio.ensure_future(server.wait_closed())
+            for _ in range(20):  # turns enough for a close to reach connection_lost
+                await asyncio.sleep(0)
+            outcome = (waiting.done(), server.is_serving(), list(lost))
+            for proto in protocols:
+                proto.transport.close()
+            await waiting
+            return outcome
+        finally:
+            client.close()
+
+    return loop.run_until_complete(main())
+
+
+def test_a_cancelled_serve_forever_closes_clients_as_asyncio():
+    assert_same(_cancel_serve_forever_with_a_connected_client)
