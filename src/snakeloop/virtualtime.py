@@ -167,6 +167,11 @@ class VirtualTime:
                 return self._frozen(timeout, [pending.Pending("autojump", off, None)])
             when = loop._next_timer_when()
             if when is not None:
+                if loop._time_is_replaced():
+                    # The timers are due by what replaced loop.time, which
+                    # virtual time cannot move: wait for it in real time, as
+                    # asyncio's loop would.
+                    return self._os_poll(timeout)
                 return self._jump(when)
             work = deadlock.what_can_wake(loop, test_mode=True)
             if not work:

@@ -11,6 +11,7 @@ import asyncio
 import io
 import signal
 import socket
+from unittest import mock
 
 import aiohttp
 import pytest
@@ -77,6 +78,50 @@ def test_keepalive_reuses_one_connection(any_loop):
             assert len(ports) == 1, ports
 
     run(any_loop, main())
+
+
+def test_keepalive_expires_on_a_patched_clock(any_loop):
+    """aiohttp's own test_keepalive_expires_on_time, in outline: the server schedules the
+    close of an idle keep-alive connection with ``loop.call_at(loop.time() + timeout)``,
+    and the test moves a patched ``loop.time`` to that deadline and expects the close
+    within two turns of the loop (issue 32)."""
+    loop = any_loop
+    protocols = []
+
+    async def hello(request: web.Request) -> web.Response:
+        protocols.append(request.protocol)
+        return web.Response(text="hello")
+
+    async def main():
+        app = web.Application()
+        app.router.add_get("/", hello)
+        # Shorter than aiohttp's 75 s, and than the time limit of run() below, which the
+        # patched clock moves too (on either loop).
+        runner = web.AppRunner(app, keepalive_timeout=10.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"http://127.0.0.1:{port}/") as resp:
+                    assert await resp.text() == "hello"
+                (protocol,) = protocols
+                for _ in range(100):  # until the server's handler went idle
+                    if protocol._keepalive_handle is not None:
+                        break
+                    await asyncio.sleep(0)
+                assert protocol._keepalive_handle is not None
+                now = loop.time()
+                with mock.patch.object(loop, "time") as fake:
+                    fake.return_value = now + 10.0 + 0.5
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
+                    assert protocol._keepalive_handle is None
+        finally:
+            await runner.cleanup()
+
+    run(loop, main())
 
 
 def test_connection_pool_limit_under_concurrency(any_loop):

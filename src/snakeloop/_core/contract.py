@@ -343,7 +343,18 @@ class LoopContract(Protocol):
         ...
 
     _now: Callable[[], float]
-    """The clock's read function, as ``loop.time()`` without the call to the method."""
+    """What deadlines are read from: ``loop.time`` without the call to the method.
+
+    The clock's ``monotonic``, or what replaced ``time`` on the loop or in a
+    subclass while it stands (``Loop._replace_time``)."""
+
+    _clock: Any
+    """The loop's own ``Clock`` (``get_clock()``).  Durations (metrics, uptime) are read
+    from its ``monotonic``, never from a replaced ``time``."""
+
+    def _time_is_replaced(self) -> bool:
+        """Whether ``loop.time`` is replaced on the loop or overridden by its class."""
+        ...
 
     _counters: Any
     """The metrics' totals (``_core.counters.LoopCounters``), or None (``metrics=False``)."""

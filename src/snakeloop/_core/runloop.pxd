@@ -89,6 +89,9 @@ cdef class CoreLoop:
     cdef public object _clock
     cdef public double _clock_resolution
     cdef public object _now
+    cdef public object _time_replaced
+    cdef public object _time_bound
+    cdef public object _clock_now
     cdef public object _io
     cdef public object _poll
     cdef public object _waker
@@ -223,6 +226,10 @@ cdef _heapify(list heap)
 
 @cython.locals(pos=Py_ssize_t, last=TimerHandle)
 cdef _heap_remove(list heap, TimerHandle timer)
+
+
+cdef class TimeAttribute:
+    cdef object _function
 
 
 cdef class EpollWait:

@@ -628,6 +628,9 @@ class CoreLoop:
         "_clock",
         "_clock_resolution",
         "_now",
+        "_time_replaced",
+        "_time_bound",
+        "_clock_now",
         "_io",
         "_poll",
         "_waker",
@@ -671,7 +674,12 @@ class CoreLoop:
         self._thread_id = None
         self._clock = clock
         self._clock_resolution = clock.resolution
-        self._now = clock.monotonic
+        self._now = self._clock_now = clock.monotonic
+        # Whether ``time`` was replaced on this loop, and what ``loop.time``
+        # gives: the replacement, or this bound method (see TimeAttribute).
+        # A cycle through the loop, which close() breaks.
+        self._time_replaced = False
+        self._time_bound = CoreLoop.time.__get__(self, type(self))
         self._io = io_backend
         self._poll = io_backend.poll
         self._waker = waker
@@ -807,7 +815,9 @@ class CoreLoop:
 
     def time(self) -> float:
         """The loop's clock, in seconds."""
-        return self._now()
+        # Its own clock, not ``_now``: a subclass's ``time`` that calls
+        # ``super().time()`` is what ``_now`` calls then (see TimeAttribute).
+        return self._clock_now()
 
     # -- checks shared by the scheduling methods -------------------------
 
@@ -1703,7 +1713,9 @@ class CoreLoop:
             window_over,
         ) = timed
         slow = self.slow_callback_duration
-        now = self._now
+        # The loop's own clock, even while something replaced ``time``: these
+        # are durations (metrics), not deadlines.
+        now = self._clock.monotonic
         c_clock = cython.compiled and C_MONOTONIC and now is _monotonic
         t = monotonic_seconds() if c_clock else now()
         while ntodo:
@@ -1780,6 +1792,10 @@ class CoreLoop:
 
     def _slow_stretch(self, duration):
         """The callbacks between two clock reads ran ``duration`` seconds."""
+        if self._time_is_replaced():  # type: ignore[attr-defined]  # Loop's (contract)
+            # Read from what replaced ``time``: a test that moves it has not
+            # made a callback slow.
+            return
         self._counters.slow_iterations += 1
         on_slow = self._on_slow_stretch
         if on_slow is not None:
@@ -2031,6 +2047,42 @@ class CoreLoop:
             index[deadline] = kept
         else:
             del index[deadline]
+
+
+class TimeAttribute:
+    """``loop.time`` in the compiled build: a data descriptor whose read is C.
+
+    asyncio's loop reads its clock through ``self.time()`` for every
+    deadline (``call_later``, the poll timeout, which timers are due), so a
+    test that patches ``loop.time`` or a subclass that overrides it moves
+    the loop's whole timeline.  This loop reads ``_now`` instead, and in the
+    compiled build the C clock while ``_now`` is ``time.monotonic``.  So
+    setting or deleting ``time`` on a loop must reach the loop, which a data
+    descriptor does: ``Loop._replace_time`` and ``_restore_time`` point
+    ``_now`` at the replacement and back.  A read gives ``_time_bound``, the
+    loop's own bound ``time`` or the replacement, kept ready so that the
+    common case makes no method object.  (The pure build uses a property on
+    the same slot: a Python ``__get__`` there costs more than the
+    property's C one; see Loop.time.)
+    """
+
+    __slots__ = ("_function",)
+
+    def __init__(self, function):
+        self._function = function
+
+    @cython.locals(loop=CoreLoop)
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self._function
+        loop = instance
+        return loop._time_bound
+
+    def __set__(self, instance, value):
+        instance._replace_time(value)
+
+    def __delete__(self, instance):
+        instance._restore_time()
 
 
 def _any_scheduled(timers: list[Any]) -> bool:

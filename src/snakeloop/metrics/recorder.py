@@ -71,9 +71,11 @@ class MetricsRecorder:
 
     def on_slow_stretch(self, duration: float) -> None:
         loop = self._loop
-        if self.timing(loop.time()):
+        # The loop's own clock: the windows are stretches of real (or virtual)
+        # time, whatever replaced loop.time.
+        now = loop._clock.monotonic()
+        if self.timing(now):
             return  # the observer times each callback itself
-        now = loop.time()
         opens = now - self._window_opened >= WINDOW_EVERY
         if not opens and now < self._quiet_until:
             # Between windows, one message per window length at most: a
