@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from ._core.futures import Future, Task
 from ._core.handles import Handle, skip_when_recording
-from ._core.runloop import COMPILED, CoreLoop, EpollWait, TimeAttribute
+from ._core.runloop import ASYNCIOS, COMPILED, CoreLoop, EpollWait, TimeAttribute
 from ._io import READABLE, WRITABLE, default_backend
 from ._io.waker import Waker
 from ._process import forking
@@ -131,11 +131,6 @@ class _TimeProperty(property):
     def __call__(self, loop: CoreLoop) -> float:
         return CoreLoop.time(loop)  # type: ignore[no-any-return]
 
-
-# asyncio's Task as the core saw it at import: the C one, which the core makes
-# directly (a test that later puts asyncio's Python Task in its place, as
-# CPython's test_free_threading does, gets the general path).
-_DIRECT_STDLIB_TASK = asyncio.Task
 
 # What Loop(on_deadlock=...) takes (see snakeloop.deadlock).
 DEADLOCK_MODES = ("raise", "log", "ignore")
@@ -465,8 +460,9 @@ class Loop(
         if stdlib_futures is None:
             stdlib_futures = STDLIB_FUTURES_BY_DEFAULT
         if stdlib_futures:
-            self._future_class = asyncio.Future
-            self._task_class = asyncio.Task
+            # Whatever asyncio.futures.Future and asyncio.tasks.Task are at each
+            # call, as asyncio's loop makes them (see _core.runloop._ASYNCIOS).
+            self._future_class = self._task_class = ASYNCIOS
         else:
             self._future_class = Future
             self._task_class = Task
@@ -1077,7 +1073,10 @@ class Loop(
 
     def create_future(self) -> asyncio.Future[Any]:
         """A new future attached to this loop."""
-        return self._future_class(loop=self)
+        future_class = self._future_class
+        if future_class is ASYNCIOS:
+            future_class = aio_futures.Future
+        return future_class(loop=self)  # type: ignore[no-any-return]
 
     # Compiled, the core makes futures without a Python frame outside debug
     # mode (see CoreLoop.create_future).
@@ -1098,11 +1097,14 @@ class Loop(
                 raise RuntimeError("Event loop is closed")
             factory: Callable[..., Any] | None = self._task_factory
             if factory is None:
-                if self._task_class is Task and _NAME_AND_CONTEXT.issuperset(kwargs):
+                task_class = self._task_class
+                if task_class is ASYNCIOS:
+                    task_class = aio_tasks.Task
+                if task_class is Task and _NAME_AND_CONTEXT.issuperset(kwargs):
                     task: Any = _new_task(Task)
                     task._setup(coro, self, kwargs.get("name"), kwargs.get("context"), False, 2)
                 else:
-                    task = self._task_class(coro, loop=self, **kwargs)
+                    task = task_class(coro, loop=self, **kwargs)
                     if task._source_traceback:
                         del task._source_traceback[-1]
                 return task
@@ -1130,14 +1132,17 @@ class Loop(
             # _TaskFactory does not describe.
             factory: Callable[..., Any] | None = self._task_factory
             if factory is None:
-                if self._task_class is Task:
+                task_class = self._task_class
+                if task_class is ASYNCIOS:
+                    task_class = aio_tasks.Task
+                if task_class is Task:
                     # Task(coro, loop=self, ...) without the keyword-argument call.
                     task: Any = _new_task(Task)
                     # asyncio's pure-Python Task, made in its create_task, drops
                     # two frames from its record (see Task._setup).
                     task._setup(coro, self, name, context, False, 2)
                 else:
-                    task = self._task_class(coro, loop=self, name=name, context=context)
+                    task = task_class(coro, loop=self, name=name, context=context)
                     if task._source_traceback:
                         del task._source_traceback[-1]
                 return task
@@ -1185,7 +1190,7 @@ class Loop(
 
     def _refresh_direct_task_class(self) -> None:
         """Whatever sets ``_task_factory`` or ``_task_class`` calls this (see ``create_task``)."""
-        if self._task_factory is None and self._task_class in (Task, _DIRECT_STDLIB_TASK):
+        if self._task_factory is None and self._task_class in (Task, ASYNCIOS):
             self._direct_task_class = self._task_class
         else:
             self._direct_task_class = None

@@ -145,3 +145,51 @@ def test_a_task_woken_in_this_iteration_is_not_cancelled(any_loop):
 
     cancelled, woke = any_loop.run_until_complete(scenario())
     assert not cancelled and woke == [True]
+
+
+def _classes_made_after_asyncio_swapped_them(loop):
+    """asyncio's loop looks ``futures.Future`` and ``tasks.Task`` up at each call: a test
+    that points them at the pure-Python classes after the loop exists (CPython's
+    test_graph and test_free_threading do) gets those."""
+    import asyncio.futures as aio_futures
+    import asyncio.tasks as aio_tasks
+
+    saved = aio_futures.Future, aio_tasks.Task
+    made = []
+    try:
+        for future_class, task_class in (
+            (aio_futures._PyFuture, aio_tasks._PyTask),
+            saved,
+        ):
+            aio_futures.Future, aio_tasks.Task = future_class, task_class
+            fut = loop.create_future()
+
+            task = loop.create_task(_idle())
+            for made_one in (fut, task):
+                made.append((type(made_one).__name__, type(made_one).__module__))
+            loop.run_until_complete(task)
+            fut.cancel()
+    finally:
+        aio_futures.Future, aio_tasks.Task = saved
+    return made
+
+
+@pytest.mark.skipif(
+    not hasattr(asyncio.futures, "_PyFuture"),
+    reason="needs asyncio's C Future beside its Python one",
+)
+def test_stdlib_futures_are_looked_up_at_each_call():
+    stdlib = asyncio.new_event_loop()
+    ours = snakeloop.new_event_loop(stdlib_futures=True)
+    try:
+        expected = _classes_made_after_asyncio_swapped_them(stdlib)
+        assert expected == [
+            ("Future", "asyncio.futures"),
+            ("Task", "asyncio.tasks"),
+            ("Future", "_asyncio"),
+            ("Task", "_asyncio"),
+        ]
+        assert _classes_made_after_asyncio_swapped_them(ours) == expected
+    finally:
+        stdlib.close()
+        close_loop(ours)

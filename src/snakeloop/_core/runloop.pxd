@@ -186,7 +186,7 @@ cdef inline bint _in_library(object filename, dict library_files, object judge) 
 @cython.locals(chain=list, depth=Py_ssize_t)
 cpdef list suspension_of(object task, dict library_files, object judge, bint before_step=*)
 cdef object _CoroutineType, _GeneratorType, _MethodType, _FunctionType
-cdef object _OMITTED, _C_TASK
+cdef object _OMITTED, _C_TASK, _ASYNCIOS
 cdef Py_ssize_t _MAX_SUSPENSION_DEPTH
 cdef bint _TELLS_SUSPENDED
 

@@ -99,6 +99,8 @@ import heapq
 import logging
 import threading
 import types
+from asyncio import futures as _aio_futures
+from asyncio import tasks as _aio_tasks
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +172,12 @@ _OMITTED = object()
 # directly too: a test that puts asyncio's Python Task in its place later gets the
 # general path (Loop._refresh_direct_task_class).
 _C_TASK: Any = asyncio.Task
+# What a loop that makes asyncio's Future and Task (stdlib_futures) keeps as its
+# classes: asyncio's loop looks tasks.Task and futures.Future up at each
+# create_task and create_future, so a test that swaps them after the loop
+# exists (CPython's test_graph does) gets the swapped class.
+_ASYNCIOS = object()
+ASYNCIOS = _ASYNCIOS
 # Compiled, on Linux: the coarse clock's tick (runloop.pxd), or 0 where there
 # is none.  With a timer pending, each iteration reads that clock first, and
 # the precise one only if a timer could be due _COARSE_TICKS_OF_MARGIN ticks
@@ -763,7 +771,10 @@ class CoreLoop:
             """A new future attached to this loop."""
             if self._debug:
                 return self._create_future_slow()  # type: ignore[attr-defined]  # Loop's
-            return self._future_class(loop=self)
+            future_class = self._future_class
+            if future_class is _ASYNCIOS:
+                future_class = _aio_futures.Future
+            return future_class(loop=self)
 
         def create_task(
             self,
@@ -775,6 +786,11 @@ class CoreLoop:
         ) -> Any:
             """Wrap ``coro`` in a task scheduled on this loop."""
             task_class = self._direct_task_class
+            if task_class is _ASYNCIOS:
+                # The general path for any Task but the C one seen at import.
+                task_class = _aio_tasks.Task
+                if task_class is not _C_TASK:
+                    task_class = None
             if (
                 task_class is None
                 or self._closed
