@@ -62,6 +62,13 @@ def create_connection_drops_waiter() -> bool:
     )
 
 
+def start_tls_drops_waiter() -> bool:
+    """python/cpython#159049: start_tls() drops its `waiter` when the handshake fails, as
+    _create_connection_transport() does from then on (the same cycle, through start_tls's
+    frame)."""
+    return "waiter = None" in _source(asyncio.base_events.BaseEventLoop.start_tls)
+
+
 def subprocess_wait_ends_at_exit() -> bool:
     """python/cpython#119710: Process.wait() returns when the process exits, not when its
     pipes close too (which a grandchild holding stdout can delay for ever)."""
