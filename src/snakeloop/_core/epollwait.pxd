@@ -14,7 +14,8 @@
 #   negative one blocks, as -1 does; beyond int64 ns is OverflowError("timestamp out of
 #   range for platform time_t", and from 3.14 "... for C PyTime_t"), beyond INT_MAX ms
 #   OverflowError("timeout is too large");
-#   anything else is TypeError("timeout must be an integer or None"), as
+#   anything else is TypeError("timeout must be an integer or None"; from 3.15 "timeout
+#   must be a real number or None, not TYPE", TYPE the fully qualified name, %T), as
 #   _PyTime_FromSecondsObject words it for a non-number.
 # * EINTR: the signal handlers run (an exception from one propagates), and the wait is
 #   retried with what is left of the timeout, or returns [] once none is (PEP 475).  Any
@@ -46,7 +47,12 @@ cdef extern from *:
                 return 0;
             }
         } else {
+#if PY_VERSION_HEX >= 0x030F0000
+            PyErr_Format(PyExc_TypeError, "timeout must be a real number or None, not %T",
+                         timeout);
+#else
             PyErr_SetString(PyExc_TypeError, "timeout must be an integer or None");
+#endif
             return 0;
         }
         if (isnan(s)) {
