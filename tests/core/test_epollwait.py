@@ -74,6 +74,7 @@ def test_it_never_returns_before_its_timeout(epoll, timeout):
 
 def test_bad_timeouts_and_a_closed_epoll_raise_as_epoll_poll_does(epoll):
     ep, wait = epoll
+
     class Custom:
         pass
 
