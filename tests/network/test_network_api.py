@@ -210,9 +210,9 @@ def test_close_a_server_whose_socket_was_closed():
 
 def _cancel_serve_forever_with_a_connected_client(loop: asyncio.AbstractEventLoop) -> object:
     """What a cancelled ``serve_forever()`` does to a connection it still holds: from
-    3.14 asyncio closes the server's connections too (gh-123720), so ``wait_closed()``
-    returns; before, the connection stays open and ``wait_closed()`` waits for it (3.12
-    and 3.13) or returns at once (3.11)."""
+    3.14 asyncio closes the server's connections too (gh-123720), and serve_forever()
+    ends; before, the connection stays open, and serve_forever() waits for it in
+    ``wait_closed()`` (3.12 and 3.13) or ends at once (3.11)."""
 
     async def main() -> object:
         made = asyncio.Event()
@@ -239,17 +239,18 @@ def _cancel_serve_forever_with_a_connected_client(loop: asyncio.AbstractEventLoo
         try:
             await made.wait()
             serving.cancel()
+            # 3.12 and 3.13 wait in serve_forever() for the connection to go: look at
+            # where it stands after enough turns for a close to reach connection_lost.
+            for _ in range(20):
+                await asyncio.sleep(0)
+            outcome = (serving.done(), server.is_serving(), list(lost))
+            for proto in protocols:
+                proto.transport.close()
             try:
                 await serving
             except asyncio.CancelledError:
                 pass
-            waiting = asyncio.ensure_future(server.wait_closed())
-            for _ in range(20):  # turns enough for a close to reach connection_lost
-                await asyncio.sleep(0)
-            outcome = (waiting.done(), server.is_serving(), list(lost))
-            for proto in protocols:
-                proto.transport.close()
-            await waiting
+            await server.wait_closed()
             return outcome
         finally:
             client.close()
