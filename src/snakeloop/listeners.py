@@ -34,6 +34,7 @@ import socket
 import ssl
 from asyncio import BaseProtocol, BaseTransport, TimerHandle, constants, trsock
 from collections.abc import Callable
+from contextvars import Context, copy_context
 from typing import TYPE_CHECKING, Any
 
 from . import unixpaths
@@ -41,8 +42,6 @@ from .transports.connected import stream_transport
 from .transports.stream import SocketTransport
 
 if TYPE_CHECKING:
-    from contextvars import Context
-
     from ._core.contract import LoopMixinBase
     from ._core.handles import Handle
     from .transports.stream import AcceptingServer
@@ -184,7 +183,10 @@ class Listener:
             if self._ssl_context:
                 self._loop.create_task(self._accept_tls(conn, extra, None))
             else:
-                self._accept_plain(conn, extra, None)
+                # asyncio accepts in a task of its own, in a copy of the
+                # current context: what one connection's factory sets is not
+                # seen by the next one's.
+                copy_context().run(self._accept_plain, conn, extra, None)
             return
         # One context per connection, as asyncio's accept task has from 3.15:
         # the factory, the handshake and every callback of the transport run
