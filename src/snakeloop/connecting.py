@@ -36,7 +36,7 @@ _PY312 = sys.version_info >= (3, 12)
 # protocol in one context, a copy of the one current when the transport is
 # made; asked of asyncio's own method, so any release with the fix has it.
 _CONNECTIONS_HAVE_A_CONTEXT = (
-    "copy_context" in base_events.BaseEventLoop._create_connection_transport.__code__.co_names
+    "copy_context" in base_events.BaseEventLoop._create_connection_transport.__code__.co_names  # type: ignore[attr-defined]
 )
 
 _ProtocolT = TypeVar("_ProtocolT", bound=BaseProtocol)
