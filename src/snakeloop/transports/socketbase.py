@@ -305,7 +305,10 @@ class SocketTransportBase:
     def _lose_connection(self, exc):
         """Count the connection as lost and schedule ``connection_lost(exc)``."""
         self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc, context=self._context)
+        # Fields passed to a call go through locals (docs/design.md, "Reentrancy").
+        loop = self._loop
+        context = self._context
+        loop.call_soon(self._call_connection_lost, exc, context=context)
 
     def _call_connection_lost(self, exc):
         try:

@@ -183,7 +183,8 @@ class SocketTransport(SocketTransportBase):
             # again would report the same EOF a second time.
             return
         loop = self._loop
-        loop._add_reader(self._sock_fd, *self._reader(), context=self._context)
+        context = self._context
+        loop._add_reader(self._sock_fd, *self._reader(), context=context)
 
     # _read_data and write come in two builds, alike but for the socket call: the
     # compiled build calls recv(2) and send(2) on the fd itself when it may
@@ -384,7 +385,9 @@ class SocketTransport(SocketTransportBase):
         """Buffer what a write's send left (all but ``sent`` bytes) until writable."""
         if sent:
             data = memoryview(data)[sent:]
-        self._loop._add_writer(self._sock_fd, self._write_ready, context=self._context)
+        loop = self._loop
+        context = self._context
+        loop._add_writer(self._sock_fd, self._write_ready, context=context)
         self._buffer_data(data)
         self._maybe_pause_protocol()
 
@@ -441,7 +444,9 @@ class SocketTransport(SocketTransportBase):
             if was_empty:
                 self._write_ready()
                 if self._buffer:
-                    self._loop._add_writer(self._sock_fd, self._write_ready, context=self._context)
+                    loop = self._loop
+                    context = self._context
+                    loop._add_writer(self._sock_fd, self._write_ready, context=context)
             self._maybe_pause_protocol()
 
     else:
