@@ -8,12 +8,13 @@ lookups are ``dns``; the staggered attempts are ``happy_eyeballs``.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
 import socket
 import sys
-from asyncio import BaseProtocol, Transport
+from asyncio import BaseProtocol, Transport, base_events
 from collections.abc import Callable, Coroutine, Sequence
 from os import PathLike
 from ssl import SSLContext
@@ -31,6 +32,12 @@ __all__ = ["ConnectingMixin"]
 logger = logging.getLogger("asyncio")
 
 _PY312 = sys.version_info >= (3, 12)
+# From 3.15 on (python/cpython#140947) a connection's transport runs its
+# protocol in one context, a copy of the one current when the transport is
+# made; asked of asyncio's own method, so any release with the fix has it.
+_CONNECTIONS_HAVE_A_CONTEXT = (
+    "copy_context" in base_events.BaseEventLoop._create_connection_transport.__code__.co_names  # type: ignore[attr-defined]
+)
 
 _ProtocolT = TypeVar("_ProtocolT", bound=BaseProtocol)
 
@@ -49,9 +56,14 @@ class ConnectingMixin(LoopMixinBase):
         server_side: bool = False,
         ssl_handshake_timeout: float | None = None,
         ssl_shutdown_timeout: float | None = None,
+        context: contextvars.Context | None = None,
     ) -> tuple[Transport, _ProtocolT]:
         try:
             sock.setblocking(False)
+            if context is None and _CONNECTIONS_HAVE_A_CONTEXT:
+                # Copied before the factory runs, as asyncio does: what the
+                # factory sets stays in the caller's context, not the protocol's.
+                context = contextvars.copy_context()
             protocol = protocol_factory()
             waiter = self.create_future()
             transport = stream_transport(
@@ -64,6 +76,7 @@ class ConnectingMixin(LoopMixinBase):
                 server_hostname=server_hostname,
                 ssl_handshake_timeout=ssl_handshake_timeout,
                 ssl_shutdown_timeout=ssl_shutdown_timeout,
+                context=context,
             )
         except BaseException:
             # No transport took the socket: close it here, or it leaks

@@ -2,7 +2,8 @@
 
 A ``Listener`` holds everything that accepting a connection on its socket
 needs (the protocol factory, the TLS context and timeouts, the backlog, the
-server the connections belong to) and the state of its socket: the loop's
+server the connections belong to, and from 3.15 the server's context) and the
+state of its socket: the loop's
 reader registration, the retry timer of an fd shortage, and the Unix socket
 file to remove at close.  ``Server`` starts and stops serving through its
 listeners; the loop keeps no table of them.
@@ -33,6 +34,7 @@ import socket
 import ssl
 from asyncio import BaseProtocol, BaseTransport, TimerHandle, constants, trsock
 from collections.abc import Callable
+from contextvars import Context, copy_context
 from typing import TYPE_CHECKING, Any
 
 from . import unixpaths
@@ -70,6 +72,7 @@ class Listener:
         "_ssl_handshake_timeout",
         "_ssl_shutdown_timeout",
         "_backlog",
+        "_context",
         "_unix_inode",
         "_reader",
         "_retry",
@@ -96,6 +99,7 @@ class Listener:
         self._ssl_handshake_timeout = ssl_handshake_timeout
         self._ssl_shutdown_timeout = ssl_shutdown_timeout
         self._backlog = backlog
+        self._context: Context | None = None  # the server's, given to start()
         # The inode of the socket file this server created, or None.
         self._unix_inode = unix_inode
         self._reader: Handle | None = None
@@ -113,8 +117,14 @@ class Listener:
             state = "idle"
         return f"<Listener {state} {self.sock!r}>"
 
-    def start(self) -> None:
-        """Listen, and accept connections from the next loop iteration on."""
+    def start(self, context: Context | None = None) -> None:
+        """Listen, and accept connections from the next loop iteration on.
+
+        ``context``: the server's, of which each connection gets a copy (3.15
+        on); None before 3.15, where each callback of a connection runs in a
+        copy of the context that scheduled it.
+        """
+        self._context = context
         self.sock.listen(self._backlog)
         self._reader = self._loop._add_reader(self.sock.fileno(), self._accept)
 
@@ -164,11 +174,28 @@ class Listener:
                 self._pause(exc)
                 return
             self._starved = False
-            extra = {"peername": addr}
+            self._hand_over(conn, {"peername": addr})
+
+    def _hand_over(self, conn: socket.socket, extra: dict[str, Any]) -> None:
+        """Give an accepted connection its protocol and transport."""
+        server_context = self._context
+        if server_context is None:
             if self._ssl_context:
-                loop.create_task(self._accept_tls(conn, extra))
+                self._loop.create_task(self._accept_tls(conn, extra, None))
             else:
-                self._accept_plain(conn, extra)
+                # asyncio accepts in a task of its own, in a copy of the
+                # current context: what one connection's factory sets is not
+                # seen by the next one's.
+                copy_context().run(self._accept_plain, conn, extra, None)
+            return
+        # One context per connection, as asyncio's accept task has from 3.15:
+        # the factory, the handshake and every callback of the transport run
+        # in it, and none of them sees another connection's variables.
+        context = server_context.copy()
+        if self._ssl_context:
+            self._loop.create_task(self._accept_tls(conn, extra, context), context=context)
+        else:
+            context.run(self._accept_plain, conn, extra, context)
 
     def _pause(self, exc: OSError) -> None:
         if not self._starved:
@@ -190,12 +217,14 @@ class Listener:
             return  # closed behind the server's back (close() cancels this timer)
         self._reader = self._loop._add_reader(self.sock.fileno(), self._accept)
 
-    def _accept_plain(self, conn: socket.socket, extra: dict[str, Any]) -> None:
+    def _accept_plain(
+        self, conn: socket.socket, extra: dict[str, Any], context: Context | None
+    ) -> None:
         # No task per connection: the transport schedules connection_made.
         protocol = None
         try:
             protocol = self._protocol_factory()
-            SocketTransport(self._loop, conn, protocol, None, extra, self.server)
+            SocketTransport(self._loop, conn, protocol, None, extra, self.server, context)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -203,7 +232,9 @@ class Listener:
             if self._loop._debug:
                 self._report_accept_error(exc, protocol, None)
 
-    async def _accept_tls(self, conn: socket.socket, extra: dict[str, Any]) -> None:
+    async def _accept_tls(
+        self, conn: socket.socket, extra: dict[str, Any], context: Context | None
+    ) -> None:
         protocol = None
         transport = None
         try:
@@ -220,6 +251,7 @@ class Listener:
                 server_side=True,
                 ssl_handshake_timeout=self._ssl_handshake_timeout,
                 ssl_shutdown_timeout=self._ssl_shutdown_timeout,
+                context=context,
             )
             try:
                 await waiter

@@ -1280,19 +1280,29 @@ class Loop(
                     return fd
             raise
 
+    # ``context``: the one the callback runs in, as asyncio's take it from 3.15
+    # on (a stream transport's own); None copies the current one, as before.
     def _add_reader(
-        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], object], *args: *_Ts
+        self,
+        fd: FileDescriptorLike,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
     ) -> Handle:
         self._check_closed()
-        handle = Handle(callback, args, self, None)
+        handle = Handle(callback, args, self, context)
         self._set_io_handle(self._fd_for(fd), handle, self._readers, READABLE, fd)
         return handle
 
     def _add_writer(
-        self, fd: FileDescriptorLike, callback: Callable[[*_Ts], object], *args: *_Ts
+        self,
+        fd: FileDescriptorLike,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
     ) -> Handle:
         self._check_closed()
-        handle = Handle(callback, args, self, None)
+        handle = Handle(callback, args, self, context)
         self._set_io_handle(self._fd_for(fd), handle, self._writers, WRITABLE, fd)
         return handle
 

@@ -17,6 +17,7 @@ OS facts this module relies on:
 from __future__ import annotations
 
 import collections.abc
+import contextvars
 import errno
 import itertools
 import logging
@@ -50,6 +51,11 @@ _HAS_IPV6 = hasattr(socket, "AF_INET6")
 _SERVE_FOREVER_CLOSES_CLIENTS = (
     "close_clients" in base_events.Server.serve_forever.__code__.co_names
 )
+# From 3.15 on (python/cpython#140947) a server keeps the context current when
+# it is made, and each connection it accepts runs in a copy of it: its protocol
+# factory, its transport's callbacks, and its TLS handshake task.  Asked of
+# asyncio's own Server, as above.
+_SERVERS_HAVE_A_CONTEXT = "copy_context" in base_events.Server.__init__.__code__.co_names
 
 
 async def _first_iteration(server: Server) -> None:
@@ -95,6 +101,7 @@ class Server(base_events.Server):
         self._waiters: list[Future[Any]] | None = []
         self._serving = False
         self._serving_forever_fut: Future[None] | None = None
+        self._context = contextvars.copy_context() if _SERVERS_HAVE_A_CONTEXT else None
 
     def __repr__(self) -> str:
         return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
@@ -121,7 +128,7 @@ class Server(base_events.Server):
         self._serving = True
         # Closed: iterating None raises asyncio's TypeError.
         for listener in self._listeners:  # type: ignore[union-attr]
-            listener.start()
+            listener.start(self._context)
 
     def get_loop(self) -> AbstractEventLoop:
         return self._loop

@@ -150,8 +150,12 @@ class LoopContract(Protocol):
         fd: FileDescriptorLike,
         callback: Callable[[Unpack[_Ts]], object],
         *args: *_Ts,
+        context: Context | None = None,
     ) -> Handle:
-        """Watch ``fd`` for reading, replacing its reader; no transport check."""
+        """Watch ``fd`` for reading, replacing its reader; no transport check.
+
+        The callback runs in ``context``; None: a copy of the current one.
+        """
         ...
 
     def _remove_reader(self, fd: FileDescriptorLike) -> bool:
@@ -163,8 +167,12 @@ class LoopContract(Protocol):
         fd: FileDescriptorLike,
         callback: Callable[[Unpack[_Ts]], object],
         *args: *_Ts,
+        context: Context | None = None,
     ) -> Handle:
-        """Watch ``fd`` for writing, replacing its writer; no transport check."""
+        """Watch ``fd`` for writing, replacing its writer; no transport check.
+
+        The callback runs in ``context``; None: a copy of the current one.
+        """
         ...
 
     def _remove_writer(self, fd: FileDescriptorLike) -> bool:

@@ -19,6 +19,9 @@ awaits ``waiter``, which completes once the handshake is done::
 ``sslcontext=True`` (a client's ``ssl=True``) asks ``SSLProtocol`` for the
 default client context.  The plain accept path builds ``SocketTransport``
 itself: one call fewer per accepted connection.
+
+``context`` is the one the socket transport runs its callbacks in (see
+``SocketTransportBase``), the TLS layer's included, as in asyncio.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from .stream import SocketTransport
 from .tls import SSLProtocol
 
 if TYPE_CHECKING:
+    from contextvars import Context
+
     from .._core.contract import LoopContract
     from .stream import AcceptingServer
 
@@ -51,11 +56,12 @@ def stream_transport(
     server_hostname: str | None = None,
     ssl_handshake_timeout: float | None = None,
     ssl_shutdown_timeout: float | None = None,
+    context: Context | None = None,
 ) -> Transport:
     """The transport the application gets for ``sock``; ``waiter`` completes when it is ready."""
     if not sslcontext:
         # An asyncio.Transport to isinstance() (socketbase.show_as), not to a type checker.
-        return SocketTransport(loop, sock, protocol, waiter, extra, server)  # type: ignore[return-value]
+        return SocketTransport(loop, sock, protocol, waiter, extra, server, context)  # type: ignore[return-value]
     ssl_protocol = SSLProtocol(
         loop,
         protocol,
@@ -66,7 +72,7 @@ def stream_transport(
         ssl_handshake_timeout=ssl_handshake_timeout,
         ssl_shutdown_timeout=ssl_shutdown_timeout,
     )
-    SocketTransport(loop, sock, ssl_protocol, extra=extra, server=server)
+    SocketTransport(loop, sock, ssl_protocol, extra=extra, server=server, context=context)
     app_transport = ssl_protocol._app_transport
     assert app_transport is not None  # only connection_lost() drops it
     return app_transport

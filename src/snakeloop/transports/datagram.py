@@ -143,6 +143,9 @@ class DatagramSocketTransport(SocketTransportBase):
     def _add_reader(self):
         if not self.is_reading():
             return
+        # No context of its own (``_context`` stays None): asyncio gives one to
+        # stream transports only, 3.15 included, so a datagram's callbacks run
+        # in a copy of the context that registered them.
         self._loop._add_reader(self._sock_fd, self._read_ready)
 
     # _read_ready and sendto come in two builds, alike but for the socket calls:

@@ -9,6 +9,7 @@ cdef class SocketTransportBase:
     cdef public Py_ssize_t _buffer_size
     cdef public bint _closing
     cdef public Py_ssize_t _conn_lost
+    cdef public object _context
     cdef public bint _direct_calls
     cdef public dict _extra
     cdef public object _high_water

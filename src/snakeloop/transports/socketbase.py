@@ -48,6 +48,8 @@ if not cython.compiled:
     from .._core.cythonshim import drop_empty_dict
 
 if TYPE_CHECKING:
+    from contextvars import Context
+
     from .._core.contract import LoopContract
 
 __all__ = ["SocketTransportBase", "show_as"]
@@ -83,6 +85,7 @@ class SocketTransportBase:
         "_buffer_size",
         "_closing",
         "_conn_lost",
+        "_context",
         "_direct_calls",
         "_extra",
         "_high_water",
@@ -108,15 +111,27 @@ class SocketTransportBase:
     _loop: LoopContract
     _buffer: collections.deque[Any]
     _protocol: protocols.BaseProtocol
+    _context: Context | None
 
     def __init__(
-        self, loop: LoopContract, sock: socket.socket, extra: dict[str, Any] | None
+        self,
+        loop: LoopContract,
+        sock: socket.socket,
+        extra: dict[str, Any] | None,
+        context: Context | None = None,
     ) -> None:
         # _sock and _loop are None before this and once connection_lost has
         # run; the state flags (_closing, _conn_lost) keep every method but
         # __repr__ and __del__ off them then, and those two check for None.
         self._sock = None  # type: ignore[assignment]
         self._loop = loop
+        # The context every callback of this transport runs in: the protocol's,
+        # its readers' and writers'.  asyncio gives stream transports one from
+        # 3.15 on (python/cpython#140947), so that a resume_reading() from a
+        # task does not move the protocol into the task's context.  None (a
+        # datagram transport, or before 3.15): each callback runs in a copy of
+        # the context current when it was scheduled or registered.
+        self._context = context
         self._extra = {} if extra is None else extra
         self._extra["socket"] = trsock.TransportSocket(sock)
         try:
@@ -166,11 +181,12 @@ class SocketTransportBase:
         # The protocol through a local: its attribute lookup is user code,
         # which could replace it (docs/design.md, "Reentrancy").
         protocol = self._protocol
-        loop.call_soon(protocol.connection_made, self)
+        context = self._context
+        loop.call_soon(protocol.connection_made, self, context=context)
         # Reading starts after connection_made has run.
-        loop.call_soon(self._add_reader)
+        loop.call_soon(self._add_reader, context=context)
         if waiter is not None:
-            loop.call_soon(_set_result_unless_cancelled, waiter, None)
+            loop.call_soon(_set_result_unless_cancelled, waiter, None, context=context)
 
     def __repr__(self) -> str:
         info = [self.__class__.__name__]
@@ -289,7 +305,10 @@ class SocketTransportBase:
     def _lose_connection(self, exc):
         """Count the connection as lost and schedule ``connection_lost(exc)``."""
         self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
+        # Fields passed to a call go through locals (docs/design.md, "Reentrancy").
+        loop = self._loop
+        context = self._context
+        loop.call_soon(self._call_connection_lost, exc, context=context)
 
     def _call_connection_lost(self, exc):
         try:

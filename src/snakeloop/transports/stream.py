@@ -54,6 +54,7 @@ if not cython.compiled:
 
 if TYPE_CHECKING:
     import asyncio
+    from contextvars import Context
 
     from .._core.contract import LoopContract
 
@@ -117,8 +118,9 @@ class SocketTransport(SocketTransportBase):
         waiter: asyncio.Future[None] | None = None,
         extra: dict[str, Any] | None = None,
         server: AcceptingServer | None = None,
+        context: Context | None = None,
     ) -> None:
-        SocketTransportBase.__init__(self, loop, sock, extra)
+        SocketTransportBase.__init__(self, loop, sock, extra, context)
         write_chunking = loop._write_chunking
         if write_chunking is not None:
             # A seeded loop's ``chunking_writes``: every send of this transport
@@ -152,15 +154,15 @@ class SocketTransport(SocketTransportBase):
         self._buffered_protocol = buffered
         self._protocol = protocol
         self._protocol_connected = True
-        if (
-            previous is not None
-            and previous != buffered
-            and self._loop is not None
-            and self._loop._get_reader(self._sock_fd) is not None
-        ):
-            # Switch the registered reader to the new kind of protocol.
-            loop = self._loop
-            loop._add_reader(self._sock_fd, *self._reader())
+        if previous is None or previous == buffered or self._loop is None:
+            return
+        loop = self._loop
+        reader = loop._get_reader(self._sock_fd)
+        if reader is not None:
+            # Switch the registered reader to the new kind of protocol.  In the
+            # context the old one had: asyncio keeps its reader and only
+            # changes what it calls.
+            loop._add_reader(self._sock_fd, *self._reader(), context=reader.get_context())
 
     def _reader(self):
         """The read callback for the protocol's kind, and its arguments."""
@@ -181,7 +183,8 @@ class SocketTransport(SocketTransportBase):
             # again would report the same EOF a second time.
             return
         loop = self._loop
-        loop._add_reader(self._sock_fd, *self._reader())
+        context = self._context
+        loop._add_reader(self._sock_fd, *self._reader(), context=context)
 
     # _read_data and write come in two builds, alike but for the socket call: the
     # compiled build calls recv(2) and send(2) on the fd itself when it may
@@ -382,7 +385,9 @@ class SocketTransport(SocketTransportBase):
         """Buffer what a write's send left (all but ``sent`` bytes) until writable."""
         if sent:
             data = memoryview(data)[sent:]
-        self._loop._add_writer(self._sock_fd, self._write_ready)
+        loop = self._loop
+        context = self._context
+        loop._add_writer(self._sock_fd, self._write_ready, context=context)
         self._buffer_data(data)
         self._maybe_pause_protocol()
 
@@ -439,7 +444,9 @@ class SocketTransport(SocketTransportBase):
             if was_empty:
                 self._write_ready()
                 if self._buffer:
-                    self._loop._add_writer(self._sock_fd, self._write_ready)
+                    loop = self._loop
+                    context = self._context
+                    loop._add_writer(self._sock_fd, self._write_ready, context=context)
             self._maybe_pause_protocol()
 
     else:
