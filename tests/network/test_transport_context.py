@@ -75,7 +75,8 @@ def _serve_and_connect(loop: asyncio.AbstractEventLoop, tls: bool) -> object:
         class Server(asyncio.Protocol):
             def __init__(self) -> None:
                 self.n = next(numbers)
-                self.reads = 0
+                self.received = b""
+                self.stage = 0
                 seen.note_and_set(f"server {self.n} factory")
 
             def connection_made(self, transport):
@@ -83,14 +84,20 @@ def _serve_and_connect(loop: asyncio.AbstractEventLoop, tls: bool) -> object:
                 seen.note_and_set(f"server {self.n} connection_made")
 
             def data_received(self, data):
-                self.reads += 1
-                seen.note_and_set(f"server {self.n} data_received")
-                if self.reads == 1:
+                # A seeded loop may cut a message into several reads: only the read
+                # that completes one notes and sets the variable, so the record does
+                # not depend on where the cuts fell.
+                self.received += data
+                if self.stage == 0 and self.received.startswith(b"first"):
+                    self.stage, self.received = 1, self.received[len(b"first") :]
+                    seen.note_and_set(f"server {self.n} data_received")
                     self.transport.pause_reading()
                     task = loop.create_task(self.resume())
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
-                else:
+                elif self.stage == 1 and self.received.startswith(b"second"):
+                    self.stage = 2
+                    seen.note_and_set(f"server {self.n} data_received")
                     self.transport.write(b"reply")
                     self.transport.close()
 
@@ -108,18 +115,25 @@ def _serve_and_connect(loop: asyncio.AbstractEventLoop, tls: bool) -> object:
                 seen.note_and_set(f"server {self.n} connection_lost")
                 lost[self.n - 1].set_result(None)
 
+        eof = loop.create_future()
+
         class Client(asyncio.Protocol):
             def __init__(self) -> None:
+                self.reads = 0
                 seen.note_and_set("client factory")
 
             def connection_made(self, transport):
                 seen.note_and_set("client connection_made")
 
             def data_received(self, data):
-                seen.note_and_set("client data_received")
+                self.reads += 1
+                if self.reads == 1:  # the reply may come in several reads (seeded loops)
+                    seen.note_and_set("client data_received")
 
             def eof_received(self):
                 seen.note_and_set("client eof_received")
+                if not eof.done():
+                    eof.set_result(None)
 
             def connection_lost(self, exc):
                 seen.note_and_set("client connection_lost")
@@ -146,6 +160,9 @@ def _serve_and_connect(loop: asyncio.AbstractEventLoop, tls: bool) -> object:
         await resumed.wait()
         transport.write(b"second")
         await lost[0]
+        # The first client's end of the server's close: before main closes it, on any
+        # schedule.
+        await eof
         second, _ = await loop.create_connection(
             Client, *addr, ssl=client_tls, server_hostname=hostname
         )
