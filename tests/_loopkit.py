@@ -741,3 +741,18 @@ class FrozenHeapMixin:
         gc.collect(0)
         _freeze()
         super().__init__()
+
+
+def tls_contexts() -> tuple[Any, Any]:
+    """(server, client) TLS contexts on CPython's test certificates: a certificate signed
+    by its test CA, and a client that verifies it (host name "localhost")."""
+    import ssl
+
+    import pytest
+
+    certs = pytest.importorskip("test.test_asyncio.utils")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(certs.SIGNED_CERTFILE)
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(certs.SIGNING_CA)
+    return server, client

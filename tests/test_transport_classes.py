@@ -30,7 +30,7 @@ import sys
 import weakref
 
 import pytest
-from _loopkit import Raised, outcome, run_within
+from _loopkit import Raised, outcome, run_within, tls_contexts
 
 GUARD = 15.0  # a hang guard, never a timing assertion
 
@@ -194,17 +194,6 @@ async def accepted_socket(loop, stack, tmp_path):
         raise
     stack.push_async_callback(closed, proto)
     return {"transport": proto.transport}
-
-
-def tls_contexts():
-    import ssl
-
-    certs = pytest.importorskip("test.test_asyncio.utils")
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(certs.SIGNED_CERTFILE)
-    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_ctx.load_verify_locations(certs.SIGNING_CA)
-    return server_ctx, client_ctx
 
 
 async def tls(loop, stack, tmp_path):

@@ -28,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-import ssl
 import threading
 
 import pytest
+from _loopkit import tls_contexts
 from _streamkit import (
     Digest,
     StrictBufferedProtocol,
@@ -341,19 +341,10 @@ def test_r_int_2_tiny_socket_buffers_full(any_loop, rng):
 # -- R-INT-3: TLS -----------------------------------------------------------------------
 
 
-def tls_contexts():
-    certs = pytest.importorskip("test.test_asyncio.utils")
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(certs.SIGNED_CERTFILE)
-    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client.load_verify_locations(certs.SIGNING_CA)
-    return client, server
-
-
 def test_r_int_3_tls_echo(any_loop, rng, sock_dir):
     # Streams only: TLS transports cannot write_eof(), which the protocol
     # mode's sender relies on to end its half of the echo.
-    client, server = tls_contexts()
+    server, client = tls_contexts()
     run(
         any_loop,
         echo_round(any_loop, "tcp", "streams", 4, 1 << 20, rng, sock_dir, client, server),
@@ -362,7 +353,7 @@ def test_r_int_3_tls_echo(any_loop, rng, sock_dir):
 
 @pytest.mark.stress
 def test_r_int_3_tls_echo_full(any_loop, rng, sock_dir):
-    client, server = tls_contexts()
+    server, client = tls_contexts()
     run(
         any_loop,
         echo_round(any_loop, "tcp", "streams", 50, 4 << 20, rng, sock_dir, client, server),

@@ -20,10 +20,9 @@ import contextvars
 import itertools
 import os
 import socket
-import ssl
 
 import pytest
-from _loopkit import assert_same, run_within
+from _loopkit import assert_same, run_within, tls_contexts
 
 GUARD = 15.0  # a hang guard, never a timing assertion
 
@@ -46,15 +45,6 @@ class _Seen:
         _WHERE.set(callback)
 
 
-def _tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    certs = pytest.importorskip("test.test_asyncio.utils")
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(certs.SIGNED_CERTFILE)
-    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client.load_verify_locations(certs.SIGNING_CA)
-    return server, client
-
-
 # -- stream connections -----------------------------------------------------------------
 
 
@@ -62,7 +52,7 @@ def _serve_and_connect(loop: asyncio.AbstractEventLoop, tls: bool) -> object:
     """A server whose first connection pauses reading in ``data_received`` and resumes
     from a task that set the variable (python/cpython#140947), and a second connection
     that the client closes at once; the client pauses and resumes from its own task."""
-    server_tls, client_tls = _tls_contexts() if tls else (None, None)
+    server_tls, client_tls = tls_contexts() if tls else (None, None)
     hostname = "localhost" if tls else None
 
     async def main() -> object:
