@@ -895,12 +895,19 @@ class Loop(
             return self.time
         return self._clock.monotonic  # type: ignore[no-any-return]
 
-    def _time_is_overridden(self) -> bool:
-        """Whether a subclass defines ``time``."""
-        for klass in type(self).__mro__:
+    # Whether the class defines its own ``time`` (a subclass's override): decided
+    # once per class, since the observer asks at every batch it runs.
+    _time_overridden = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for klass in cls.__mro__:
             if "time" in klass.__dict__:
-                return klass is not Loop
-        return False
+                cls._time_overridden = klass is not Loop
+                break
+
+    def _time_is_overridden(self) -> bool:
+        return self._time_overridden
 
     def _time_is_replaced(self) -> bool:
         return bool(self._time_replaced) or self._time_is_overridden()
