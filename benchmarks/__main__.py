@@ -23,6 +23,8 @@ from . import baseline, compiled, workloads
 from .workloads import IDLE_TIMER_REFERENCE, IDLE_TIMER_ROWS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
+# (this tree's column, the baseline's column of the same build), for --baseline.
+BEFORE_AFTER = (("snakeloop", "baseline"), ("compiled", "base-comp"))
 
 
 def describe_snakeloop(module):
@@ -64,6 +66,16 @@ def add_compiled(loops, args):
     except ValueError:
         pass
     return f"{describe_snakeloop(module).split(', from ')[0]} of src/, from {where}"
+
+
+def add_compiled_baseline(loops, revision):
+    """Add the "base-comp" column: snakeloop at --baseline REV, compiled; its note."""
+    try:
+        module = baseline.load_compiled(baseline.build_compiled())
+    except RuntimeError as exc:
+        return f"not built: {exc}; skipped"
+    loops.append(("base-comp", module.new_event_loop))
+    return f"snakeloop at {revision}, {describe_snakeloop(module).split(', from ')[0]}"
 
 
 def load_factory(spec):
@@ -118,6 +130,8 @@ def find_loops(args):
     if not args.no_compiled:
         note = add_compiled(loops, args)
         notes.append(f"compiled:  {note}")
+        if args.baseline and not args.installed and any(n == "compiled" for n, _ in loops):
+            notes.append(f"base-comp: {add_compiled_baseline(loops, args.baseline)}")
 
     if not args.no_uvloop:
         try:
@@ -402,11 +416,18 @@ def main(argv=None):
                 for label in labels
             )
             print(f"  {name:<10}{cells}")
-    if "baseline" in others and "snakeloop" in others:
-        print("\nsnakeloop (this tree) to baseline (median rates):")
+    pairs = [(new, old) for new, old in BEFORE_AFTER if new in others and old in others]
+    if pairs:
+        print("\nthis tree to the baseline revision, the same build (median rates):")
+        print(f"  {'workload':<10}" + "".join(f"{new + '/' + old:>20}" for new, old in pairs))
         for name, medians in summary.items():
-            if "baseline" in medians and "snakeloop" in medians:
-                print(f"  {name:<10}{medians['snakeloop'] / medians['baseline']:>10.2f}x")
+            cells = "".join(
+                f"{medians[new] / medians[old]:>19.2f}x"
+                if new in medians and old in medians
+                else f"{'-':>20}"
+                for new, old in pairs
+            )
+            print(f"  {name:<10}{cells}")
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
     if args.json:

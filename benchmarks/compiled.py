@@ -37,41 +37,45 @@ def _source_files(source: Path) -> list[Path]:
     )
 
 
-def _key(source: Path, cython_version: str) -> str:
+def _key(source: Path, cython_version: str, package: str, setup: Path) -> str:
     digest = hashlib.sha256()
-    digest.update(f"{sys.version}\0{cython_version}\0".encode())
-    digest.update((REPO / "setup.py").read_bytes() + b"\0")
+    digest.update(f"{sys.version}\0{cython_version}\0{package}\0".encode())
+    digest.update(setup.read_bytes() + b"\0")
     for path in _source_files(source):
         digest.update(str(path.relative_to(source)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
-def build(source: Path | None = None) -> Path:
-    """The directory holding ``snakeloop_compiled``, compiled from ``source``.
+def build(source: Path | None = None, *, package: str = PACKAGE, setup: Path | None = None) -> Path:
+    """The directory holding ``package`` (``snakeloop_compiled``), compiled from ``source``
+    (this checkout's ``src/snakeloop``) by ``setup`` (this checkout's setup.py): a baseline
+    revision's copy is compiled by its own setup.py, under a name of its own, so that it
+    can be imported beside this checkout's.
 
     Raises RuntimeError, with what is missing, when it cannot be built.
     """
     source = source or REPO / "src" / "snakeloop"
+    setup = setup or REPO / "setup.py"
     try:
         import Cython
     except ImportError:
         raise RuntimeError("Cython is not installed (python3 -m pip install '.[bench]')") from None
-    directory = REPO / "build" / "bench-compiled" / _key(source, Cython.__version__)
+    directory = REPO / "build" / "bench-compiled" / _key(source, Cython.__version__, package, setup)
     done = directory / "compiled"
     if not done.exists():
         shutil.rmtree(directory, ignore_errors=True)
-        package = directory / "src" / PACKAGE
+        copy = directory / "src" / package
         for path in _source_files(source):
-            target = package / path.relative_to(source)
+            target = copy / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
             text = path.read_text()
             if path.suffix == ".pxd":  # an absolute cimport must name the copy
-                text = text.replace("snakeloop.", PACKAGE + ".")
+                text = text.replace("snakeloop.", package + ".")
             target.write_text(text)
         # setup.py reads a module's source from src/ by its name: renamed, the copy's.
-        setup = (REPO / "setup.py").read_text().replace('"snakeloop.', f'"{PACKAGE}.')
-        (directory / "setup.py").write_text(setup)
+        script = setup.read_text().replace('"snakeloop.', f'"{package}.')
+        (directory / "setup.py").write_text(script)
         result = subprocess.run(
             [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "lib"],
             cwd=directory,
@@ -83,18 +87,19 @@ def build(source: Path | None = None) -> Path:
         if result.returncode != 0:
             raise RuntimeError(f"compiling failed:\n{result.stdout}{result.stderr}")
         # The extensions are in lib/; the rest of the package joins them there.
-        shutil.copytree(package, directory / "lib" / PACKAGE, dirs_exist_ok=True)
+        shutil.copytree(copy, directory / "lib" / package, dirs_exist_ok=True)
         done.write_text("")
-    os.environ[DIRECTORY_ENV] = str(directory / "lib")
+    if package == PACKAGE:
+        os.environ[DIRECTORY_ENV] = str(directory / "lib")
     return directory / "lib"
 
 
-def load(directory: Path | str | None = None):
+def load(directory: Path | str | None = None, package: str = PACKAGE):
     """The compiled copy as a module; ``directory`` defaults to the one ``build`` made."""
     directory = str(directory or os.environ[DIRECTORY_ENV])
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    module = importlib.import_module(PACKAGE)
+    module = importlib.import_module(package)
     if not module.COMPILED:
-        raise RuntimeError(f"{PACKAGE} in {directory} imported uncompiled")
+        raise RuntimeError(f"{package} in {directory} imported uncompiled")
     return module

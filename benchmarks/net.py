@@ -417,6 +417,11 @@ def main(argv=None):
     if args.baseline:
         baseline.extract(args.baseline)  # its directory is inherited by the servers
     has_compiled, compiled_note = build_compiled(args.no_compiled)
+    if args.baseline and has_compiled:
+        try:
+            baseline.build_compiled()  # and this one's
+        except RuntimeError as exc:
+            parser.error(f"the baseline revision did not compile: {exc}")
     loops = available_loops(
         args.stdlib_futures, bool(args.baseline), bool(args.seeded), args.metrics_off, has_compiled
     )
@@ -431,6 +436,7 @@ def main(argv=None):
     header += f"{'snake/stdlib':>14}{'snake/uvloop':>14}"
     header += f"{'comp/uvloop':>13}" if has_compiled else ""
     header += f"{'snake/base':>12}" if args.baseline else ""
+    header += f"{'comp/base':>11}" if args.baseline and has_compiled else ""
     header += f"{'seeded/snake':>14}" if args.seeded else ""
     header += f"{'on/off':>10}" if args.metrics_off else ""
     header += f"{'snake rt/s':>12}"
@@ -455,6 +461,8 @@ def main(argv=None):
             row += f"{ratio(cpu.get('uvloop', 0), cpu['compiled']):>13}"
         if args.baseline:
             row += f"{ratio(cpu['baseline'], cpu['snakeloop']):>12}"
+            if has_compiled:
+                row += f"{ratio(cpu['base-comp'], cpu['compiled']):>11}"
         if args.seeded:
             # The other way round: above 1, the seeded loop costs more.
             row += f"{ratio(cpu['seeded'], cpu['snakeloop']):>14}"

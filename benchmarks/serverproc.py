@@ -45,6 +45,10 @@ def new_loop(name):
         from . import compiled
 
         return compiled.load().new_event_loop()
+    if name == "base-comp":
+        from . import baseline
+
+        return baseline.load_compiled().new_event_loop()
     sys.path.insert(0, str(REPO / "src"))
     import snakeloop
 
@@ -59,7 +63,8 @@ def available_loops(
     stdlib_futures=False, baseline=False, seeded=False, metrics_off=False, compiled=False
 ):
     """stdlib and snakeloop (and snake+C, seeded, no-metrics if asked), snakeloop at the
-    --baseline revision, the compiled build of src/ (benchmarks.compiled), uvloop and rloop
+    --baseline revision (pure, and compiled beside the compiled build: base-comp), the compiled
+    build of src/ (benchmarks.compiled), uvloop and rloop
     when they import, and "raw"."""
     loops = ["stdlib", "snakeloop"] + (["snake+C"] if stdlib_futures else [])
     if compiled:
@@ -70,6 +75,8 @@ def available_loops(
         loops.append("no-metrics")
     if baseline:
         loops.append("baseline")
+        if compiled:
+            loops.append("base-comp")
     for peer in ("uvloop", "rloop"):
         try:
             __import__(peer)
