@@ -108,6 +108,45 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             pass
 
 
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A failure whose traceback pytest cannot format is still reported as a failure.
+
+    From CPython 3.11 a traceback entry's ``tb_lineno`` is None at an instruction that
+    has no line, and pytest (9.0) computes ``tb_lineno - 1`` while it formats one: an
+    INTERNALERROR that ends the whole session, and the test that failed is never named
+    (a CI run of 3.11 was lost so).  The report then carries a plain listing of the
+    traceback, line None where there is none.  Innermost of the wrappers: an outer
+    old-style one (hypothesis') turns the error into a warning, which is an error here,
+    and the xfail marks are still applied to this report.
+    """
+    try:
+        return (yield)
+    except TypeError:
+        if call.excinfo is None:
+            raise
+        error = call.excinfo.value
+        entries = []
+        tb = error.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            entries.append(f"  File {code.co_filename!r}, line {tb.tb_lineno}, in {code.co_name}")
+            tb = tb.tb_next
+        text = "\n".join(["Traceback (most recent call last):", *entries, repr(error)])
+        return pytest.TestReport(
+            item.nodeid,
+            item.location,
+            dict.fromkeys(item.keywords, 1),
+            "failed",
+            "pytest could not format this failure (a traceback entry without a line "
+            "number); the standard library's traceback:\n" + text,
+            call.when,
+            duration=call.duration,
+            start=call.start,
+            stop=call.stop,
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("stress") and not item.get_closest_marker("timeout"):
