@@ -281,13 +281,13 @@ async def _blocks_twice():
     await asyncio.sleep(0.01)  # after the blocks
 
 
-def _run_blocking(stdlib_futures, metrics=True):
+def _run_blocking(stdlib_futures, metrics=True, **options):
     async def main():
         worker = asyncio.create_task(_blocks_twice(), name="blocker")
         await worker
         return asyncio.get_running_loop().metrics()
 
-    loop = snakeloop.new_event_loop(stdlib_futures=stdlib_futures, metrics=metrics)
+    loop = snakeloop.new_event_loop(stdlib_futures=stdlib_futures, metrics=metrics, **options)
     try:
         assert not loop.get_debug()
         return loop.run_until_complete(main())
@@ -335,9 +335,11 @@ def test_a_long_batch_of_quick_callbacks_is_a_slow_stretch_only_interpreted():
 
 
 @TASK_KINDS
-def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futures, caplog):
-    caplog.set_level(logging.WARNING, logger="snakeloop")
-    m = _run_blocking(stdlib_futures)
+@pytest.mark.parametrize("logged", [False, True], ids=["quiet", "logged"])
+def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futures, logged, caplog):
+    caplog.set_level(logging.DEBUG)
+    options = {"log_slow_callbacks": True} if logged else {}
+    m = _run_blocking(stdlib_futures, **options)
     # The first block is seen only as a slow stretch between two clock reads;
     # it opens the timing window, in which the second is attributed.  (On a
     # busy machine a hiccup may open the window earlier: then the first block
@@ -359,7 +361,12 @@ def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futur
     )
     assert record.duration >= BLOCK
     assert record.callback_label == "step of 'blocker'"
-    messages = [r.getMessage() for r in caplog.records if r.name == "snakeloop"]
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("snakeloop")]
+    if not logged:
+        # asyncio logs nothing of a slow callback outside debug mode; nor does snakeloop
+        # unless asked to.
+        assert messages == []
+        return
     assert any("without a pause" in text and f"next {WINDOW:g} s" in text for text in messages)
     assert any(
         text.startswith("Slow step of task 'blocker' (_blocks_twice) took 0.1")
@@ -578,6 +585,78 @@ def test_a_bad_environment_value_is_refused(monkeypatch):
         snakeloop.new_event_loop()
 
 
+@pytest.mark.parametrize(
+    ("value", "logged"), [("1", True), ("on", True), ("0", False), ("false", False), ("", False)]
+)
+def test_the_environment_chooses_whether_slow_callbacks_are_logged(monkeypatch, value, logged):
+    monkeypatch.setenv("SNAKELOOP_LOG_SLOW_CALLBACKS", value)
+    loop = snakeloop.new_event_loop()
+    try:
+        assert loop._metrics_recorder.log is logged
+    finally:
+        loop.close()
+
+
+def test_a_bad_logging_choice_is_refused_with_the_choices(monkeypatch):
+    with pytest.raises(ValueError, match="log_slow_callbacks must be True, False or None"):
+        snakeloop.new_event_loop(log_slow_callbacks="yes")  # type: ignore[arg-type]
+    monkeypatch.setenv("SNAKELOOP_LOG_SLOW_CALLBACKS", "exact")
+    with pytest.raises(ValueError, match="SNAKELOOP_LOG_SLOW_CALLBACKS must be one of"):
+        snakeloop.new_event_loop()
+
+
+_ONE_STALL = """
+import asyncio, sys, time
+
+async def main():
+    await asyncio.sleep(0)
+    time.sleep(0.15)  # one blocking call, once
+    await asyncio.sleep(0)
+
+if sys.argv[1] == "asyncio":
+    asyncio.run(main())
+else:
+    import snakeloop
+    snakeloop.run(main())
+print("done")
+"""
+
+
+@pytest.mark.parametrize(
+    "env", [{}, {"SNAKELOOP_LOG_SLOW_CALLBACKS": "1"}], ids=["default", "opted-in"]
+)
+def test_one_stall_outside_debug_mode_writes_nothing_to_stderr_as_on_asyncio(tmp_path, env):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "stall.py"
+    script.write_text(_ONE_STALL)
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHONASYNCIODEBUG", "SNAKELOOP_"))
+    }
+    runs = {
+        which: subprocess.run(
+            [sys.executable, str(script), which],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**environment, **env},
+        )
+        for which in ("asyncio", "snakeloop")
+    }
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "done\n"
+    assert runs["asyncio"].stderr == ""
+    if env:
+        assert "without a pause, longer than slow_callback_duration" in runs["snakeloop"].stderr
+    else:
+        assert runs["snakeloop"].stderr == ""
+
+
 def test_prometheus_text_is_valid_exposition_format():
     clock = VirtualClock()
 
@@ -741,7 +820,7 @@ def test_slow_stretches_between_windows_are_logged_once_per_window_length(caplog
 
     caplog.set_level(logging.WARNING, logger="snakeloop")
     clock = VirtualClock()
-    loop = snakeloop.new_event_loop(clock=clock)
+    loop = snakeloop.new_event_loop(clock=clock, log_slow_callbacks=True)
     try:
         recorder = loop._metrics_recorder
         recorder.on_slow_stretch(0.5)  # opens the window

@@ -263,6 +263,10 @@ class Loop(
     ``stdlib_futures=True`` makes ``create_future``/``create_task`` build
     asyncio's own (C) Future and Task instead of snakeloop's, for code that
     needs ``type(x) is asyncio.Task`` (snakeloop's pass ``isinstance`` checks).
+    ``metrics`` chooses what ``loop.metrics()`` keeps (``snakeloop.metrics``);
+    ``log_slow_callbacks=True`` (or ``SNAKELOOP_LOG_SLOW_CALLBACKS=1``) also
+    logs slow callbacks outside debug mode, where asyncio, and so snakeloop
+    by default, logs nothing.
     """
 
     # Every attribute a loop sets on itself is a slot, so its __dict__ stays
@@ -318,12 +322,14 @@ class Loop(
         replay: Iterable[Any] | None = None,
         metrics: bool | Literal["sampled", "exact"] | None = None,
         instruments: Iterable[Any] | None = None,
+        log_slow_callbacks: bool | None = None,
     ) -> None:
-        from .metrics import metrics_mode
+        from .metrics import metrics_mode, slow_callback_logging
 
         for name, value in _SLOT_DEFAULTS.items():
             setattr(self, name, value)
         metrics_on = metrics_mode(metrics)
+        log_slow = slow_callback_logging(log_slow_callbacks)
         if on_deadlock is None:
             on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
         if on_deadlock is not None and on_deadlock not in DEADLOCK_MODES:
@@ -442,7 +448,7 @@ class Loop(
         if metrics_on:
             from .metrics.recorder import MetricsRecorder
 
-            self._metrics_recorder = MetricsRecorder(self, metrics_on)
+            self._metrics_recorder = MetricsRecorder(self, metrics_on, log_slow)
             self._on_slow_stretch = self._metrics_recorder.on_slow_stretch
         self._debug = debug_from_environment()
         self._refresh_plain_ready()

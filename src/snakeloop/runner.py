@@ -39,7 +39,9 @@ if TYPE_CHECKING:
         perturb: str | Iterable[str] | Mapping[str, object] | None
         trace: int
         replay: Iterable[Any] | None
+        metrics: bool | Literal["sampled", "exact"] | None
         instruments: Iterable[Any] | None
+        log_slow_callbacks: bool | None
 
 
 __all__ = ["EventLoopPolicy", "Runner", "install", "loop_factory", "new_event_loop", "run"]

@@ -220,7 +220,7 @@ def _spin(seconds):
 def test_with_a_timer_pending_quick_iterations_are_never_slow_and_a_slow_one_is_seen_once(
     caplog,
 ):
-    loop = snakeloop.new_event_loop()
+    loop = snakeloop.new_event_loop(log_slow_callbacks=True)
     try:
         # Above the default: a scheduling hiccup of a loaded machine is not a slow stretch.
         loop.slow_callback_duration = 0.2

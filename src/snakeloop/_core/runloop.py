@@ -1648,6 +1648,13 @@ class CoreLoop:
             # A traceback that passed through this frame keeps its locals
             # alive after the return: drop the last callback's handle.
             handle = io_handle = None
+            if not once:
+                # The run's last stretch ends here: a stall in its last
+                # callbacks is seen now or never, since the next run starts
+                # a stretch of its own.  One read a run, not an iteration.
+                t = monotonic_seconds() if c_clock else now()
+                if t - last_read > slow:
+                    self._slow_stretch(t - last_read)
             # Every way out (stop, run_once, an exception) keeps the counts.
             counters.add(
                 limit - countdown, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags

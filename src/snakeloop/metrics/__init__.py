@@ -55,6 +55,7 @@ __all__ = [
     "SlowCallback",
     "metrics_mode",
     "prometheus_text",
+    "slow_callback_logging",
     "snapshot",
     "utilization",
 ]
@@ -75,6 +76,29 @@ _FROM_ENVIRONMENT: dict[str, bool | str] = {
 # Upper bounds of the timer lag histogram's buckets, in seconds; the last
 # bucket has none.
 LAG_BUCKET_BOUNDS: tuple[float, ...] = tuple(2.0**i / 1000.0 for i in range(LAG_BUCKETS - 1))
+
+
+def slow_callback_logging(option: object) -> bool:
+    """Whether ``Loop(log_slow_callbacks=option)`` logs slow callbacks outside debug mode
+    (None: ``SNAKELOOP_LOG_SLOW_CALLBACKS``, off when unset).
+
+    Off by default because asyncio logs nothing there: a slow stretch goes to the
+    metrics, their ring of records and the instruments' ``slow_callback`` hook.
+    """
+    if option is None:
+        value = os.environ.get("SNAKELOOP_LOG_SLOW_CALLBACKS", "").strip().lower()
+        if not value:
+            return False
+        choice = _FROM_ENVIRONMENT.get(value)
+        if choice is not True and choice is not False:
+            raise ValueError(
+                "SNAKELOOP_LOG_SLOW_CALLBACKS must be one of 0, 1, true, false, on or off "
+                f"(or unset), got {value!r}"
+            )
+        return choice
+    if option is True or option is False:
+        return option
+    raise ValueError(f"log_slow_callbacks must be True, False or None, got {option!r}")
 
 
 def metrics_mode(option: object) -> bool | str:

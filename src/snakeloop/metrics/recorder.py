@@ -12,8 +12,12 @@ The run loop hands over two things (``_core.runloop``):
   the observer (``snakeloop.observing``) through ``record``.
 
 A record goes to the ring of the last ``RING`` records
-(``loop.metrics().slow_callbacks``), to a warning on the ``snakeloop``
-logger, and to the instruments' ``slow_callback`` hook.
+(``loop.metrics().slow_callbacks``) and to the instruments' ``slow_callback``
+hook.  Nothing is logged unless the loop was asked to
+(``log_slow_callbacks=True``, ``SNAKELOOP_LOG_SLOW_CALLBACKS=1``): asyncio
+says nothing of a slow callback outside debug mode, and a program's stderr
+must not differ from asyncio's.  Debug mode's ``Executing ... took`` line
+is asyncio's own and comes from the observer (``snakeloop.observing``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class MetricsRecorder:
         "_loop",
         "mode",
         "exact",
+        "log",
         "_ring",
         "_window_until",
         "_window_opened",
@@ -51,10 +56,12 @@ class MetricsRecorder:
         "_unreported",
     )
 
-    def __init__(self, loop: Any, mode: bool | str) -> None:
+    def __init__(self, loop: Any, mode: bool | str, log: bool = False) -> None:
         self._loop = loop
         self.mode = mode
         self.exact = mode == "exact"
+        # Whether slow stretches and records are also logged (opt-in).
+        self.log = log
         self._ring: collections.deque[SlowCallback] = collections.deque(maxlen=RING)
         self._window_until = float("-inf")
         self._window_opened = float("-inf")
@@ -77,6 +84,10 @@ class MetricsRecorder:
         if self.timing(now):
             return  # the observer times each callback itself
         opens = now - self._window_opened >= WINDOW_EVERY
+        if not self.log:
+            if opens:
+                self._open_window(now)
+            return
         if not opens and now < self._quiet_until:
             # Between windows, one message per window length at most: a
             # handler that blocks on every request would flood the log.
@@ -100,9 +111,12 @@ class MetricsRecorder:
             ),
         )
         if opens:
-            self._window_opened = now
-            self._window_until = now + WINDOW
-            loop._update_observer()
+            self._open_window(now)
+
+    def _open_window(self, now: float) -> None:
+        self._window_opened = now
+        self._window_until = now + WINDOW
+        self._loop._update_observer()
 
     def timing_until(self) -> float:
         """The loop time at which the timing window closes (inf in ``"exact"`` mode)."""
@@ -131,18 +145,24 @@ class MetricsRecorder:
             wall_time=time.time(),
         )
         self._ring.append(record)
-        logger.warning(
-            "The loop's thread has been held for %.3f seconds at %s (in %s)%s",
-            duration,
-            place_text(place),
-            where.f_code.co_qualname,
-            "" if task is None else f", in a step of task {task.get_name()!r}",
-        )
+        if self.log:
+            self._log_sampled(record, where, place, task)
         try:
             loop.call_soon_threadsafe(loop._emit_slow_callback, record)
         except RuntimeError:  # the loop closed meanwhile
             pass
         return record
+
+    def _log_sampled(self, record: SlowCallback, where: Any, place: Any, task: Any) -> None:
+        from .._insight.steps import place_text
+
+        logger.warning(
+            "The loop's thread has been held for %.3f seconds at %s (in %s)%s",
+            record.duration,
+            place_text(place),
+            where.f_code.co_qualname,
+            "" if task is None else f", in a step of task {task.get_name()!r}",
+        )
 
     def record(self, entry: Any, duration: float, task: Any, start: Any) -> SlowCallback:
         """Record a slow callback: ``entry`` as the ready queue held it, the
@@ -182,15 +202,16 @@ class MetricsRecorder:
             wall_time=time.time(),
         )
         self._ring.append(record)
-        if task is None:
-            logger.warning("Slow callback %s took %.3f seconds", label, duration)
-        else:
-            logger.warning(
-                "Slow step of task %r (%s) took %.3f seconds: %s",
-                name,
-                qualname,
-                duration,
-                segment,
-            )
+        if self.log:
+            if task is None:
+                logger.warning("Slow callback %s took %.3f seconds", label, duration)
+            else:
+                logger.warning(
+                    "Slow step of task %r (%s) took %.3f seconds: %s",
+                    name,
+                    qualname,
+                    duration,
+                    segment,
+                )
         loop._emit_slow_callback(record)
         return record
