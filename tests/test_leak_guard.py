@@ -111,3 +111,38 @@ def test_the_guard_fails_a_test_that_swaps_an_inherited_fd(pytester, monkeypatch
     assert "ERROR at teardown of test_swaps_a_given_fd_for_a_leaked_one" in out
     assert "file descriptors leaked: {" in out
     assert "closed during the test: {" in out
+
+
+UNFORMATTABLE_FAILURE = """
+import pytest
+
+def _boom():
+    raise ValueError("boom")
+
+boom = _boom
+# No line table: every traceback entry of boom has tb_lineno None (3.11+).
+boom.__code__ = _boom.__code__.replace(co_linetable=b"")
+
+def test_fails():
+    boom()
+
+@pytest.mark.xfail(strict=True, reason="fails")
+def test_expected_to_fail():
+    boom()
+"""
+
+
+def test_a_failure_pytest_cannot_format_is_reported_as_that_tests_failure(
+    pytester, monkeypatch
+):
+    # The suite's conftest as a plugin of an inner run (as above), warnings as errors.
+    pytester.makepyfile(test_inner=textwrap.dedent(UNFORMATTABLE_FAILURE))
+    pytester.makeini(
+        "[pytest]\nfilterwarnings = error\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    path = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    result = pytester.runpytest_subprocess("-p", "conftest", "-p", "no:cacheprovider", timeout=60)
+    result.assert_outcomes(failed=1, xfailed=1)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*pytest could not format this failure*", "*line None*"])

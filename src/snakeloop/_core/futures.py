@@ -340,18 +340,15 @@ class Future(_TypingOnlyGeneric[_T]):
         _set_class(self, cls)
 
     def __delattr__(self, name: str) -> None:
-        # asyncio's C Future and Task refuse to delete their fields with AttributeError
-        # (CPython's test_future_del_segfault, test_del__log_destroy_pending_segfault);
-        # the compiled fields' own descriptors would raise NotImplementedError or set
-        # None, and the interpreted slots would go, leaving a future its methods fail on.
+        # Compiled only (the pure build deletes it below the classes): asyncio's C
+        # Future and Task refuse to delete their fields with AttributeError (CPython's
+        # test_future_del_segfault, test_del__log_destroy_pending_segfault), and the
+        # compiled fields' own descriptors would raise NotImplementedError or set None.
         if name in _UNDELETABLE:
             raise AttributeError(
                 f"attribute {name!r} of {type(self).__name__!r} objects cannot be deleted"
             )
-        if cython.compiled:
-            generic_delattr(self, name)
-        else:
-            object.__delattr__(self, name)
+        generic_delattr(self, name)
 
     @property
     def _log_traceback(self):
@@ -1144,8 +1141,7 @@ if not cython.compiled:
     # instructions (callgrind, 3.11, spawn row: 29,640 -> 61,578; gather +84%,
     # sleep0 +15%).  Removing it gives the classes the generic store back, and the
     # pure build deletes its fields as asyncio's pure-Python Future and Task do
-    # theirs; the compiled classes refuse as asyncio's C ones do (a cdef class's
-    # stores never pass through it).
+    # theirs (a cdef class's stores never pass through its __delattr__).
     del Future.__delattr__
 
 # A step queued as a plain entry is ``(Task._step, task, context)``: the
