@@ -132,9 +132,7 @@ def test_expected_to_fail():
 """
 
 
-def test_a_failure_pytest_cannot_format_is_reported_as_that_tests_failure(
-    pytester, monkeypatch
-):
+def test_a_failure_pytest_cannot_format_is_reported_as_that_tests_failure(pytester, monkeypatch):
     # The suite's conftest as a plugin of an inner run (as above), warnings as errors.
     pytester.makepyfile(test_inner=textwrap.dedent(UNFORMATTABLE_FAILURE))
     pytester.makeini(
