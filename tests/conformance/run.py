@@ -155,8 +155,20 @@ def _snakeloop_path() -> str | None:
     return src if os.path.isdir(src) else None
 
 
+def _environment() -> dict:
+    """A copy of ``os.environ`` taken from a job's thread.  pytest sets and deletes
+    PYTEST_CURRENT_TEST in the main thread meanwhile, and a key that goes between the
+    copy's listing and its lookup raises KeyError (seen on 3.12): the copy is retried."""
+    for _ in range(100):
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue
+    return dict(os.environ)
+
+
 def _worker_env() -> dict:
-    env = dict(os.environ)
+    env = _environment()
     path = _snakeloop_path()
     if path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
