@@ -73,6 +73,7 @@ class _Scheduler:
         self.futures: dict[str, Future] = {}
         self.lock = threading.Lock()
         self.all_ok = True
+        self.summary = _CountsSummary()
         # Under xdist every worker collects everything: start jobs only when asked.
         if not xdist:
             for job in sorted(jobs, key=lambda j: -run._COST.get((j.mode, j.module), 3)):
@@ -95,6 +96,43 @@ class _Scheduler:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
+class _CountsSummary:
+    """A pytest plugin that ends the run with the conformance counts per mode.
+
+    CI's log is where the counts of each Python and build are read (issue 37 asks for them
+    per version), so they are printed whether the jobs passed or not.
+    """
+
+    def __init__(self) -> None:
+        self.by_mode: dict[str, dict[str, int]] = {}
+
+    def add(self, mode: str, counts: dict[str, int]) -> None:
+        totals = self.by_mode.setdefault(mode, {})
+        for key, value in counts.items():
+            totals[key] = totals.get(key, 0) + value
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.by_mode:
+            return
+        import platform
+
+        import snakeloop
+
+        build = "compiled" if snakeloop.COMPILED else "pure"
+        terminalreporter.section(
+            f"CPython's test.test_asyncio against {TARGET}{SEED_NOTE}: "
+            f"{platform.python_implementation()} {platform.python_version()}, {build} build"
+        )
+        for mode, c in sorted(self.by_mode.items()):
+            judged = c["passed"] + c["failed"] + c["xfail"] + c["xpass"]
+            terminalreporter.write_line(
+                f"{mode} mode: {c['passed']} of {judged} passed ({c['failed']} unexpected "
+                f"failures, {c['xfail']} expected failures, {c['xpass']} expected failures "
+                f"that passed); {c['skipped']} skipped by unittest, {c['excluded']} excluded, "
+                f"{c['deferred']} deferred (network), {c['not_exercised']} made no target loop"
+            )
+
+
 @pytest.fixture(scope="session")
 def conformance_scheduler(request):
     wanted = [
@@ -103,6 +141,7 @@ def conformance_scheduler(request):
         if getattr(item, "originalname", "") == "test_conformance" and hasattr(item, "callspec")
     ]
     scheduler = _Scheduler(wanted)
+    request.config.pluginmanager.register(scheduler.summary, "snakeloop-conformance-counts")
     yield scheduler
     scheduler.close()
 
@@ -111,6 +150,7 @@ def conformance_scheduler(request):
 def test_conformance(job: run.Job, conformance_scheduler: _Scheduler) -> None:
     res = conformance_scheduler.result(job)
     verdict = run.judge(res, run.load_xfails(TARGET))
+    conformance_scheduler.summary.add(job.mode, verdict.counts)
     if not verdict.ok:
         conformance_scheduler.all_ok = False
         c = verdict.counts

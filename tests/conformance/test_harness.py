@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+import snakeloop
+
 try:
     from . import _data, run
     from . import test_cpython_asyncio as suite
@@ -52,6 +54,7 @@ class _FinishedScheduler:
 
     def __init__(self, result: run.JobResult) -> None:
         self._result = result
+        self.summary = suite._CountsSummary()
 
     def result(self, job: run.Job) -> run.JobResult:
         return self._result
@@ -64,6 +67,38 @@ def test_the_pytest_test_of_an_empty_job_fails_and_does_not_skip():
         suite.test_conformance(res.job, _FinishedScheduler(res))
     assert outcome.type is pytest.fail.Exception
     assert "nothing selected to run" in str(outcome.value)
+
+
+class _Reporter:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def section(self, title: str) -> None:
+        self.lines.append(f"== {title}")
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_the_run_ends_with_the_counts_of_each_mode():
+    # CI's log is where the counts per Python and build are read.
+    summary = suite._CountsSummary()
+    reporter = _Reporter()
+    summary.pytest_terminal_summary(reporter)
+    assert reporter.lines == []  # no conformance test ran: nothing to say
+    base = dict.fromkeys(run.COLUMNS, 0)
+    summary.add("loop", {**base, "passed": 3, "xfail": 1, "excluded": 2})
+    summary.add("loop", {**base, "passed": 4, "failed": 1})
+    summary.add("task", {**base, "passed": 5})
+    summary.pytest_terminal_summary(reporter)
+    build = "compiled" if snakeloop.COMPILED else "pure"
+    assert reporter.lines[0].startswith("== CPython's test.test_asyncio against ")
+    assert reporter.lines[0].endswith(f", {build} build")
+    assert reporter.lines[1].startswith(
+        "loop mode: 7 of 9 passed (1 unexpected failures, 1 expected failures, "
+    )
+    assert "2 excluded" in reporter.lines[1]
+    assert reporter.lines[2].startswith("task mode: 5 of 5 passed (0 unexpected failures")
 
 
 def test_jobs_leave_out_what_has_nothing_to_run_here():

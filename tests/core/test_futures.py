@@ -100,3 +100,43 @@ def test_a_new_future_or_task_has_no_dict_until_an_attribute_is_set():
         loop.run_until_complete(task)
     finally:
         loop.close()
+
+
+def _throw_outcomes(future_class, loop) -> list[tuple[str, str, list[str]]]:
+    """What each form of throw() on ``iter(future)`` raises and warns (CPython's
+    test_future_iter_throw, as data)."""
+    import warnings
+
+    forms = [
+        (Exception, Exception("zebra"), None),
+        (Exception, Exception("elephant"), 32),
+        (Exception("elephant"), Exception("elephant")),
+        (ValueError, None, None),
+        (list,),
+        (KeyError("one"),),
+    ]
+    outcomes = []
+    for args in forms:
+        iterator = iter(future_class(loop=loop))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                iterator.throw(*args)
+            except BaseException as exc:  # noqa: BLE001 - the outcome is the point
+                raised = (type(exc).__name__, str(exc))
+            else:
+                raised = ("nothing", "")
+        outcomes.append((*raised, [f"{w.category.__name__}: {w.message}" for w in caught]))
+    return outcomes
+
+
+def test_throw_into_a_futures_iterator_raises_and_warns_as_on_asyncio():
+    """The compiled __iter__ is a Cython generator, whose throw() did not deprecate the
+    (type, value, traceback) form as asyncio's C FutureIter does from 3.12 on."""
+    ours = snakeloop.new_event_loop(stdlib_futures=False)
+    theirs = asyncio.new_event_loop()
+    try:
+        assert _throw_outcomes(Future, ours) == _throw_outcomes(asyncio.Future, theirs)
+    finally:
+        ours.close()
+        theirs.close()

@@ -51,6 +51,7 @@ if False:  # Cython reads this import when it compiles the module (setup.py)
 else:
     from . import cythonshim as cython
 from .classviews import isinstance_view
+from .futureiter import FutureIterator
 from .handles import skip_when_recording, source_traceback
 from .runloop import CoreLoop, plain_queue
 
@@ -260,6 +261,13 @@ class Future(_TypingOnlyGeneric[_T]):
     _asyncio_future_blocking: bool
     _log_traceback_flag: bool
     _source_traceback: StackSummary | None
+
+    if sys.version_info >= (3, 14):
+        # 3.14's asyncio reads who awaits a future here (capture_call_graph, gather's and
+        # wait's clean-up).  Its future_add_to_awaited_by records edges on asyncio's own
+        # futures only, never on these, so none is ever recorded: None, as on asyncio's
+        # _PyFuture before its first.  Without it asyncio's tools raise AttributeError.
+        _asyncio_awaited_by = None
 
     if cython.compiled:
         # Cython calls this from tp_new (see drop_empty_dict in futures.pxd);
@@ -602,13 +610,9 @@ class Future(_TypingOnlyGeneric[_T]):
         finally:
             self = None  # type: ignore[assignment]
 
-    if cython.compiled:
-        # A C type's iterator is its own slot, which an alias does not fill.
-        def __iter__(self) -> Generator[Any, None, _T]:
-            return self.__await__()
-
-    else:
-        __iter__ = __await__
+    def __iter__(self) -> Generator[Any, None, _T]:
+        # Not the generator itself: its throw() differs from asyncio's (futureiter.py).
+        return FutureIterator(self.__await__())  # type: ignore[return-value]
 
 
 def _refuse_keyword(name: str) -> NoReturn:
