@@ -3,6 +3,11 @@
     python3 -m benchmarks --json micro.json
     python3 -m benchmarks.net --json net.json
     python3 -m benchmarks.chart --micro micro.json --net net.json -o docs/benchmarks.png
+    python3 -m benchmarks.chart --micro 3.11=micro311.json --net 3.11=net311.json \
+        --micro 3.14=micro314.json --net 3.14=net314.json -o docs/benchmarks.png
+
+Each ``--micro`` and ``--net`` may be given once per Python, as ``LABEL=FILE``; the
+chart then has a pair of panels per Python, each from its own runs.
 
 Every bar is a ratio to the stdlib loop measured in the same run (above 1:
 faster than the stdlib loop).  Scheduling rows compare rates (median of the
@@ -23,11 +28,12 @@ from pathlib import Path
 
 # Bars drawn, in this order, when the run measured them ("baseline" only
 # with --baseline-label: it is snakeloop at some other revision).
-LOOPS = ("snakeloop", "compiled", "uvloop", "baseline", "snake+C")
+LOOPS = ("snakeloop", "compiled", "uvloop", "rloop", "baseline", "snake+C")
 COLOURS = {
     "snakeloop": "#2e7d32",
     "compiled": "#f9a825",
     "uvloop": "#1565c0",
+    "rloop": "#8e24aa",
     "baseline": "#9e9e9e",
     "snake+C": "#81c784",
 }
@@ -104,8 +110,20 @@ def draw(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--micro", metavar="FILE", help="JSON from python3 -m benchmarks --json")
-    parser.add_argument("--net", metavar="FILE", help="JSON from python3 -m benchmarks.net --json")
+    parser.add_argument(
+        "--micro",
+        metavar="[LABEL=]FILE",
+        action="append",
+        default=[],
+        help="JSON from python3 -m benchmarks --json (once per Python, with a label)",
+    )
+    parser.add_argument(
+        "--net",
+        metavar="[LABEL=]FILE",
+        action="append",
+        default=[],
+        help="JSON from python3 -m benchmarks.net --json (once per Python, with a label)",
+    )
     parser.add_argument("-o", "--output", default="benchmarks.png", help="the PNG to write")
     parser.add_argument("--title", help="the chart's title (default: the Python that ran it)")
     parser.add_argument(
@@ -116,26 +134,46 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.micro and not args.net:
         parser.error("give --micro FILE, --net FILE or both")
+    micro = [_labelled(parser, given) for given in args.micro]
+    net = [_labelled(parser, given) for given in args.net]
+    labels_seen = list(dict.fromkeys(label for label, _ in micro + net))
     panels = []
-    if args.micro:
-        panels.append(
-            ("Scheduling: rate, × stdlib (higher is faster)", micro_ratios(_load(args.micro)))
+    for label in labels_seen:
+        python = f"CPython {label}: " if label else ""
+        for kind, path in micro:
+            if kind == label:
+                panels.append(
+                    (
+                        f"{python}scheduling, rate × stdlib (higher is faster)",
+                        micro_ratios(_load(path)),
+                    )
+                )
+        for kind, path in net:
+            if kind == label:
+                panels.append(
+                    (
+                        f"{python}echo servers, stdlib's CPU per request ÷ the loop's "
+                        "(higher is cheaper)",
+                        net_ratios(_load(path)),
+                    )
+                )
+    if args.title:
+        title = args.title
+    elif any(labels_seen):
+        title = (
+            "snakeloop, pure and compiled builds, ratios to the stdlib loop measured in the "
+            "same run, on each Python"
         )
-    if args.net:
-        panels.append(
-            (
-                "Echo servers: stdlib's CPU per request ÷ the loop's (higher is cheaper)",
-                net_ratios(_load(args.net)),
-            )
+    else:
+        title = (
+            f"snakeloop, pure and compiled builds, CPython {platform.python_version()}, "
+            "ratios to the stdlib loop measured in the same run"
         )
-    title = args.title or (
-        f"snakeloop, pure and compiled builds, CPython {platform.python_version()}, ratios "
-        "to the stdlib loop measured in the same run"
-    )
     labels = {
         "snakeloop": "snakeloop (pure)",
         "compiled": "snakeloop (compiled)",
         "uvloop": "uvloop",
+        "rloop": "rloop",
         "snake+C": "snake+C",
     }
     if args.baseline_label:
@@ -143,6 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     draw(panels, title, Path(args.output), labels)
     print(f"wrote {args.output}")
     return 0
+
+
+def _labelled(parser: argparse.ArgumentParser, given: str) -> tuple[str, str]:
+    """``3.14=net.json`` -> ("3.14", "net.json"); a plain path has the empty label."""
+    label, sep, path = given.partition("=")
+    if not sep:
+        return "", given
+    if not path:
+        parser.error(f"{given!r}: give LABEL=FILE, with the file after the '='")
+    return label, path
 
 
 def _load(path: str) -> dict:

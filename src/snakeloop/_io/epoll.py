@@ -21,17 +21,23 @@ OS facts this module relies on:
   after the signal handler ran, with the timeout recomputed.
 * The timeout has millisecond granularity; Python rounds it up, so a timer
   never fires early because of the poll.
+* CPython's ``epoll.poll`` takes None or -1 to block without end; PyPy's
+  refuses None (TypeError: must be real number), so there the backend
+  hands -1 on for it.
 """
 
 from __future__ import annotations
 
 import select
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from ._events import READABLE, WRITABLE
 
 __all__ = ["EpollBackend"]
+
+_POLL_TAKES_NONE = sys.implementation.name != "pypy"
 
 # The loop's bits are epoll's own (see _events), so masks pass through.
 assert select.EPOLLIN == READABLE and select.EPOLLOUT == WRITABLE
@@ -51,7 +57,15 @@ class EpollBackend:
         # the same call without the 12 KiB allocation of its event array on
         # every poll (see the loop's default_backend call).  It has a close().
         self._waiter = None if wait is None else wait(self._epoll.fileno())
-        self.poll = self._epoll.poll if self._waiter is None else self._waiter.poll
+        if self._waiter is not None:
+            self.poll = self._waiter.poll
+        elif _POLL_TAKES_NONE:
+            self.poll = self._epoll.poll
+        else:
+            self.poll = self._poll_without_none
+
+    def _poll_without_none(self, timeout: float | None = None) -> list[tuple[int, int]]:
+        return self._epoll.poll(-1 if timeout is None else timeout)
 
     def fileno(self) -> int:
         return self._epoll.fileno()
