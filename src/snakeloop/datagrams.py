@@ -44,6 +44,16 @@ _ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 _PY312 = sys.version_info >= (3, 12)
 _PY313 = sys.version_info >= (3, 13)
+# Which check of a given socket the running asyncio makes: 3.13 refuses a stream socket
+# alone ("A datagram socket was expected"), 3.11 and 3.12 anything but a datagram socket
+# ("A UDP Socket was expected").  PyPy 3.11's asyncio has the 3.13 check, so the running
+# asyncio's own words decide, read off its code once.
+_ASYNCIO_CODE = getattr(asyncio.BaseEventLoop.create_datagram_endpoint, "__code__", None)
+_REFUSES_STREAM_SOCKETS_ONLY = (
+    _PY313
+    if _ASYNCIO_CODE is None
+    else "A datagram socket was expected, got " in _ASYNCIO_CODE.co_consts
+)
 
 
 def _set_reuseport(sock):
@@ -60,7 +70,7 @@ def _set_reuseport(sock):
 def _check_given_socket(
     sock, local_addr, remote_addr, family, proto, flags, reuse_port, allow_broadcast
 ):
-    if _PY313:
+    if _REFUSES_STREAM_SOCKETS_ONLY:
         if sock.type == socket.SOCK_STREAM:
             raise ValueError(f"A datagram socket was expected, got {sock!r}")
     elif sock.type != socket.SOCK_DGRAM:

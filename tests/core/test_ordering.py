@@ -10,7 +10,7 @@ import time
 import weakref
 
 import pytest
-from _loopkit import LOOP_KINDS, FakeClock, loop_ctx, run_once
+from _loopkit import LOOP_KINDS, NO_REFCOUNTING, REFCOUNTED, FakeClock, loop_ctx, run_once
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -398,6 +398,7 @@ def test_timer_handles_compare_by_deadline(fake_loop):
     b.cancel()
 
 
+@pytest.mark.skipif(not REFCOUNTED, reason=NO_REFCOUNTING)
 @pytest.mark.parametrize("how", ["call_soon", "call_later", "call_at"])
 def test_cancel_drops_callback_and_args_at_once(fake_loop, how):
     arg = Token()
@@ -427,6 +428,7 @@ def test_cancel_drops_callback_and_args_at_once(fake_loop, how):
     run_once(fake_loop)
 
 
+@pytest.mark.skipif(not REFCOUNTED, reason=NO_REFCOUNTING)
 @pytest.mark.parametrize("last", ["handle", "future callback"])
 def test_a_run_callback_holds_nothing_while_the_loop_waits(any_loop_vt, last):
     # What the last callback of an iteration was given (a Handle's args, or the

@@ -385,7 +385,7 @@ loop.close()
 WORKER = """
 import gc, json, traceback
 CODE = compile(RUNTIME, "<program>", "exec")
-gc.freeze()  # each program's collection then walks that program's objects only
+getattr(gc, "freeze", lambda: None)()  # later collections walk each program's objects only
 for line in sys.stdin:
     specs, protocol, ops = json.loads(line)
     trace = []

@@ -25,7 +25,7 @@ import weakref
 
 import _upstream
 import pytest
-from _loopkit import LOOP_KINDS, run_fake, run_within, stdlib_xfail
+from _loopkit import LOOP_KINDS, NO_REFCOUNTING, REFCOUNTED, run_fake, run_within, stdlib_xfail
 
 certs = pytest.importorskip("test.test_asyncio.utils")
 
@@ -1337,6 +1337,7 @@ def test_tls_over_tls(any_loop):
 # -- references ------------------------------------------------------------------
 
 
+@pytest.mark.skipif(not REFCOUNTED, reason=NO_REFCOUNTING)
 def test_context_and_protocol_freed_without_gc(any_loop):
     """No reference cycles: plain refcounting frees everything after close."""
 
