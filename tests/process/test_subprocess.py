@@ -432,11 +432,18 @@ def test_debug_logging(any_loop, caplog):
 # -- snakeloop's exit watching ----------------------------------------------
 
 
-def test_thread_fallback_without_pidfd(loop, monkeypatch):
+@pytest.mark.parametrize("waitid", ["waitid", "no waitid"])
+def test_thread_fallback_without_pidfd(loop, monkeypatch, waitid):
+    # Without waitid (PyPy has neither it nor pidfd_open) the thread polls waitpid: a
+    # blocking one held the lock that terminate() takes, and the child never got its signal.
     def refuse(pid, flags=0):
         raise OSError(38, "Function not implemented")
 
-    monkeypatch.setattr(os, "pidfd_open", refuse)
+    monkeypatch.setattr(os, "pidfd_open", refuse, raising=False)
+    if waitid == "no waitid":
+        from snakeloop._process import exitwatch
+
+        monkeypatch.setattr(exitwatch, "_HAVE_WAITID", False)
 
     async def main():
         proc = await asyncio.create_subprocess_exec(

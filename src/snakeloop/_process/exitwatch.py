@@ -23,7 +23,9 @@ OS facts this module relies on:
 * ``pidfd_open`` can be missing (not Linux) or fail: ENOSYS on old kernels,
   EPERM under some seccomp policies, EMFILE.  The fallback is a thread per
   child, blocked in ``waitid``; a blocked wait syscall is retried after
-  EINTR by Python (PEP 475).
+  EINTR by Python (PEP 475).  PyPy 3.11 has neither ``os.pidfd_open`` nor
+  ``os.waitid``: there the thread asks ``waitpid(pid, WNOHANG)`` under the
+  lock, at most 50 ms apart.
 * A pidfd is readable also for a child that some other code reaped: the
   watch then meets ECHILD, as above.
 """
@@ -106,10 +108,19 @@ class ChildWatch:
 
     def _reap(self) -> int:
         """waitpid() the child (it has exited) and record its exit code."""
+        returncode = self._reap_if_exited(0)
+        assert returncode is not None  # a blocking waitpid returns only on an exit
+        return returncode
+
+    def _reap_if_exited(self, options: int) -> int | None:
+        """waitpid(pid, options) under the lock: the exit code, recorded, or None while
+        the child runs (with WNOHANG)."""
         with self._lock:
             proc = self._proc
             try:
-                _, status = os.waitpid(self.pid, 0)
+                pid, status = os.waitpid(self.pid, options)
+                if pid == 0:
+                    return None
             except ChildProcessError:
                 # Somebody else reaped it.  Popen knows the code if it was Popen.
                 returncode = proc.returncode
@@ -152,13 +163,28 @@ class ChildWatch:
                 os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
             except ChildProcessError:
                 pass  # reaped elsewhere; _reap() sorts it out
-        returncode = self._reap()
+            returncode = self._reap()
+        else:
+            returncode = self._reap_when_exited()
         if not report or self._detached:
             return
         try:
             self._loop.call_soon_threadsafe(self._deliver, returncode)
         except RuntimeError:
             pass  # the loop closed meanwhile: the child is reaped all the same
+
+    def _reap_when_exited(self) -> int:
+        """Without waitid (PyPy): ask now and then whether the child exited.  A blocking
+        waitpid would hold the lock until the exit, and send_signal, which takes it, could
+        never send the signal that ends the child; outside the lock it could reap between
+        send_signal's check and its kill, which then reaches whatever reused the pid."""
+        delay = 0.0005
+        while True:
+            returncode = self._reap_if_exited(os.WNOHANG)
+            if returncode is not None:
+                return returncode
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _deliver(self, returncode: int) -> None:
         on_exit = self._on_exit
