@@ -93,16 +93,23 @@ def draw(
         width = 0.8 / max(1, len(loops))
         for i, loop in enumerate(loops):
             xs = [r + (i - (len(loops) - 1) / 2) * width for r in range(len(rows))]
-            heights = [ratios[row].get(loop, 0.0) for row in rows]
+            # A row a loop did not run (rloop has no Unix server) gets no bar, not a 0.
+            heights = [ratios[row].get(loop, float("nan")) for row in rows]
             bars = axis.bar(xs, heights, width, label=labels[loop], color=COLOURS[loop])
-            axis.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+            axis.bar_label(
+                bars,
+                labels=["" if h != h else f"{h:.2f}" for h in heights],
+                fontsize=6,
+                padding=1,
+            )
         axis.axhline(1.0, color="black", linewidth=0.8)
         top = max((v for row in rows for v in ratios[row].values()), default=1.0)
-        axis.set_ylim(0, max(1.2, top * 1.15))
+        # Head room above the tallest bar for the legend, which runs along the top.
+        axis.set_ylim(0, max(1.2, top * 1.3))
         axis.set_xticks(range(len(rows)), rows, fontsize=8)
         axis.set_ylabel("× stdlib loop")
         axis.set_title(name, fontsize=10)
-        axis.legend(fontsize=8, loc="upper left")
+        axis.legend(fontsize=7, loc="upper center", ncol=len(loops), frameon=False)
     fig.suptitle(title, fontsize=11)
     fig.savefig(out, dpi=110)
     plt.close(fig)
