@@ -34,19 +34,12 @@ import zlib
 
 import pytest
 
-if sys.implementation.name == "pypy":
-    # Debian's PyPy ships _testcapi.py without the C source it compiles on first import
-    # (_testcapimodule.c): the import raises FileNotFoundError, where CPython's test package
-    # (test.support, which the TLS tests' certificates and the conformance suite import)
-    # expects ImportError from a build without _testcapi.  Make it such a build.
-    try:
-        import _testcapi  # noqa: F401
-    except ImportError:
-        pass
-    except OSError:
-        sys.modules["_testcapi"] = None  # type: ignore[assignment]
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Before anything imports test.support (the TLS tests' certificates, the conformance suite).
+from conformance._pypy import let_pypys_test_package_import  # noqa: E402
+
+let_pypys_test_package_import()
 
 import _loopkit  # noqa: E402
 from _loopkit import (  # noqa: E402

@@ -43,16 +43,13 @@ logger = logging.getLogger("asyncio")
 _ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 _PY312 = sys.version_info >= (3, 12)
-_PY313 = sys.version_info >= (3, 13)
 # Which check of a given socket the running asyncio makes: 3.13 refuses a stream socket
 # alone ("A datagram socket was expected"), 3.11 and 3.12 anything but a datagram socket
 # ("A UDP Socket was expected").  PyPy 3.11's asyncio has the 3.13 check, so the running
 # asyncio's own words decide, read off its code once.
-_ASYNCIO_CODE = getattr(asyncio.BaseEventLoop.create_datagram_endpoint, "__code__", None)
 _REFUSES_STREAM_SOCKETS_ONLY = (
-    _PY313
-    if _ASYNCIO_CODE is None
-    else "A datagram socket was expected, got " in _ASYNCIO_CODE.co_consts
+    "A datagram socket was expected, got "
+    in asyncio.BaseEventLoop.create_datagram_endpoint.__code__.co_consts
 )
 
 
