@@ -109,13 +109,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     has no line, and pytest (9.0) computes ``tb_lineno - 1`` while it formats one: an
     INTERNALERROR that ends the whole session, and the test that failed is never named
     (a CI run of 3.11 was lost so).  The report then carries a plain listing of the
-    traceback, line None where there is none.  Innermost of the wrappers: an outer
+    traceback, line None where there is none.  (PyPy's own traceback module fails there
+    too, with a RuntimeError from the StopIteration of its position table.)  Innermost of
+    the wrappers: an outer
     old-style one (hypothesis') turns the error into a warning, which is an error here,
     and the xfail marks are still applied to this report.
     """
     try:
         return (yield)
-    except TypeError:
+    except (TypeError, RuntimeError):
         if call.excinfo is None:
             raise
         error = call.excinfo.value

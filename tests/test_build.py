@@ -60,7 +60,8 @@ def test_version_names_the_build():
         check=True,
     )
     build = "compiled build" if snakeloop.COMPILED else "pure-Python build"
-    python = f"CPython {sys.version.split()[0]}"
+    implementation = {"cpython": "CPython", "pypy": "PyPy"}[sys.implementation.name]
+    python = f"{implementation} {'.'.join(map(str, sys.version_info[:3]))}"
     assert result.stdout == f"snakeloop {snakeloop.__version__}, {build}, {python}\n"
     assert result.stderr == ""
 
@@ -73,7 +74,21 @@ def test_the_compiled_list_in_setup_py_is_the_one_checked_here(setup_module):
 
 @pytest.fixture
 def setup_module(monkeypatch):
-    """setup.py loaded as a module, with setuptools stood in for (3.12's venvs lack it)."""
+    """setup.py loaded as a module, with setuptools stood in for (3.12's venvs lack it).
+
+    It sees a CPython with the GIL, whatever runs the test (PyPy, in CI, builds pure for
+    that reason alone): each test changes only what it is about.
+    """
+    import platform
+    import sysconfig
+
+    real_config_var = sysconfig.get_config_var
+    monkeypatch.setattr(platform, "python_implementation", lambda: "CPython")
+    monkeypatch.setattr(
+        sysconfig,
+        "get_config_var",
+        lambda name: None if name == "Py_GIL_DISABLED" else real_config_var(name),
+    )
     setuptools = types.ModuleType("setuptools")
     setuptools.setup = lambda **kwargs: None  # type: ignore[attr-defined]
     command = types.ModuleType("setuptools.command")

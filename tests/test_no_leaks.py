@@ -9,7 +9,17 @@ import threading
 import weakref
 
 import pytest
-from _loopkit import LOOP_KINDS, capture_logs, close_loop, loop_ctx, new_loop, open_fds, run_once
+from _loopkit import (
+    LOOP_KINDS,
+    capture_logs,
+    close_loop,
+    collect_unless_refcounted,
+    loop_ctx,
+    new_fds,
+    new_loop,
+    open_fds,
+    run_once,
+)
 
 
 class Payload:
@@ -76,7 +86,34 @@ def test_closed_loop_is_collectable(kind):
     ref = weakref.ref(loop)
     del loop
     gc.collect()
+    collect_unless_refcounted()  # PyPy frees an object with __del__ a collection later
     assert ref() is None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"perturb": "io_order"},
+        {"replay": [("io_order", "")]},
+        {"seed": "not a seed"},
+        {"seed": 1, "perturb": "epoch"},
+        {"on_deadlock": "shout"},
+    ],
+    ids=["perturb-without-seed", "replay-without-seed", "bad-seed", "epoch-without-virtual-time",
+         "bad-on_deadlock"],
+)  # fmt: skip
+def test_a_refused_loop_opens_no_fd(options):
+    import snakeloop
+
+    before = open_fds()
+    try:
+        snakeloop.new_event_loop(**options)
+    except ValueError:
+        # While the error and its frames are still alive: nothing the refused loop opened
+        # may wait for them, or for a collection, to be closed.
+        assert new_fds(before, open_fds()) == {}
+    else:
+        pytest.fail(f"new_event_loop(**{options!r}) was not refused")
 
 
 def test_loops_in_threads_leak_nothing():
@@ -131,6 +168,7 @@ def test_callback_args_released_after_run(any_loop):
     del payload
     run_once(any_loop)
     run_once(any_loop)
+    collect_unless_refcounted()
     assert ref() is None
 
 
@@ -142,6 +180,7 @@ def test_timer_args_released_after_run(fake_loop, fake_clock):
     fake_clock.advance(1)
     run_once(fake_loop)
     run_once(fake_loop)
+    collect_unless_refcounted()
     assert ref() is None
 
 
@@ -192,6 +231,7 @@ def test_done_future_callbacks_released(any_loop):
     fut.set_result(None)
     run_once(any_loop)
     run_once(any_loop)
+    collect_unless_refcounted()
     assert ref() is None
 
 

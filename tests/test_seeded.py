@@ -11,7 +11,7 @@ import asyncio
 import socket
 
 import pytest
-from _loopkit import run_under_snakeloop
+from _loopkit import collect_unless_refcounted, run_under_snakeloop
 from _race import bank
 
 import snakeloop
@@ -296,13 +296,14 @@ def test_tied_timers_that_fired_or_were_cancelled_are_not_kept_by_the_loop():
     # Compiled, a loop perturbing timer_ties keeps each deadline's timers in an
     # index of its own: a timer that left the heap must leave it too, or its
     # callback (here, its owner) outlives it.  The collector is off, so only
-    # references count.
+    # references count (without reference counting, a collection shows what is held).
     import gc
 
     loop = snakeloop.new_event_loop(seed=3, perturb="timer_ties", clock=snakeloop.VirtualClock())
     gc.disable()
     try:
         refs = _tied_timers_fire_or_are_cancelled(loop)
+        collect_unless_refcounted()
         assert [ref() for ref in refs] == [None, None, None, None]
     finally:
         gc.enable()

@@ -99,6 +99,14 @@ def block_in_c_holding_the_gil():
     # CPython's own lock API, called through PyDLL (the GIL stays held), waits for a lock it
     # already holds and retries EINTR: the main thread never runs Python code again, as in a
     # signal handler that deadlocks on a lock the code it interrupted holds.
+    if not hasattr(ctypes, "pythonapi"):
+        # PyPy has no C API to call: a POSIX mutex locked twice (glibc's default mutex
+        # deadlocks, and a signal does not end the wait) blocks the same way, with the
+        # GIL released, which changes nothing for a thread that never returns.
+        libc = ctypes.CDLL(None)
+        mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)
     api = ctypes.pythonapi
     api.PyThread_allocate_lock.restype = ctypes.c_void_p
     api.PyThread_acquire_lock.argtypes = [ctypes.c_void_p, ctypes.c_int]

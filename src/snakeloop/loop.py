@@ -342,9 +342,6 @@ class Loop(
             check = getattr(clock, "_check_attachable", None)
             if check is not None:
                 check(self)
-        if io_backend is None:
-            # Compiled, epoll is waited on in C with an array of the loop's own.
-            io_backend = default_backend(EpollWait if COMPILED else None)
         schedule = None
         recording = None
         if replay is not None:
@@ -385,6 +382,12 @@ class Loop(
                 raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)
             if "io_latency" in schedule.perturbation:
                 raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
+        if io_backend is None:
+            # Opened only once every option is accepted: a refused loop leaves no epoll fd
+            # behind for the collector to close (PyPy's runs late, and the next fds opened
+            # get other numbers, which a replay's recorded choices name).  Compiled, epoll
+            # is waited on in C with an array of the loop's own.
+            io_backend = default_backend(EpollWait if COMPILED else None)
         CoreLoop.__init__(self, MonotonicClock(), io_backend, Waker())
         self._unwrapped_poll = self._poll
         self._on_deadlock = on_deadlock

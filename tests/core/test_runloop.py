@@ -27,7 +27,7 @@ import contextvars
 import weakref
 
 import pytest
-from _loopkit import FakeClock, loop_ctx, run_once
+from _loopkit import FakeClock, collect_unless_refcounted, loop_ctx, run_once
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -336,6 +336,7 @@ def test_a_handle_made_after_one_is_freed_starts_fresh(fake_snakeloop):
     ref = weakref.ref(first)
     del first
     run_once(loop)
+    collect_unless_refcounted()
     assert ref() is None
     loop.set_debug(False)
     seen = []
