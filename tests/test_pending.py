@@ -14,6 +14,7 @@ import contextlib
 import gc
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -345,20 +346,45 @@ def test_a_child_is_listed_from_its_spawn_until_its_exit_is_delivered(sloop):
 # -- sockets ---------------------------------------------------------------------------
 
 
+def accept_queue(listener: socket.socket) -> tuple[int, int]:
+    """(connections queued, backlog) of a listening socket.
+
+    Linux: a listener's TCP_INFO has its accept queue's length as tcpi_unacked (u32 at
+    offset 24) and its backlog as tcpi_sacked (28); a SYN is dropped while the length is
+    more than the backlog.
+    """
+    info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+    return struct.unpack_from("=II", info, 24)
+
+
 @contextlib.contextmanager
 def full_listener():
     """A plain listener whose accept queue is full: a further connect stays in SYN_SENT."""
     listener = socket.socket()
-    filler = socket.socket()
+    fillers: list[socket.socket] = []
     try:
         listener.bind(("127.0.0.1", 0))
+        # The backlog is what the kernel says, not 0: PyPy's listen() makes 0 a 1.
         listener.listen(0)
-        filler.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            filler.connect(listener.getsockname())
+        while True:
+            queued, backlog = accept_queue(listener)
+            if queued > backlog:
+                break
+            filler = socket.socket()
+            fillers.append(filler)
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(listener.getsockname())
+            # Queued once its handshake is over, which connect() does not wait for: until
+            # then a further SYN is still answered, and that connect completes.
+            deadline = time.monotonic() + GUARD
+            while accept_queue(listener)[0] == queued:
+                assert time.monotonic() < deadline, "a filler's connection was never queued"
+                time.sleep(0.001)
         yield listener.getsockname()
     finally:
-        filler.close()
+        for filler in fillers:
+            filler.close()
         listener.close()
 
 
@@ -676,8 +702,10 @@ def test_describe_fd(loop, tmp_path):
         stack.callback(os.close, r)
         stack.callback(os.close, w)
         regular = stack.enter_context(open(tmp_path / "f", "wb"))
-        pidfd = os.pidfd_open(os.getpid())
-        stack.callback(os.close, pidfd)
+        pidfd = None
+        if hasattr(os, "pidfd_open"):  # not on PyPy 3.11, where snakeloop opens no pidfd
+            pidfd = os.pidfd_open(os.getpid())
+            stack.callback(os.close, pidfd)
 
         assert describe_fd(loop, listener.fileno(), listener) == f"listener 127.0.0.1:{port}"
         expected = f"socket 127.0.0.1:{cport} -> 127.0.0.1:{port}"
@@ -695,7 +723,29 @@ def test_describe_fd(loop, tmp_path):
         assert describe_fd(loop, uclient.fileno(), uclient) == f"unix socket {path}"
         assert describe_fd(loop, pair[0].fileno(), pair[0]) == "unix socketpair"
         assert describe_fd(loop, r, r) == "pipe"
-        assert describe_fd(loop, pidfd, pidfd) == f"pidfd of process {os.getpid()}"
+        if pidfd is not None:
+            assert describe_fd(loop, pidfd, pidfd) == f"pidfd of process {os.getpid()}"
         assert describe_fd(loop, regular.fileno(), regular) == f"fd {regular.fileno()}"
         # Borrowed views leave the fds open.
         assert client.fileno() >= 0 and os.fstat(client.fileno())
+
+
+def test_describe_fd_leaves_a_bare_fds_blocking_mode(loop):
+    """A bare fd, as the loop's parts register theirs, is read through a borrowed view that
+    must not change it: PyPy's socket(fileno=) made the fd blocking, and a listener's next
+    accept() until EAGAIN then blocked the loop (the idle driver of virtual time had looked
+    at it)."""
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+    ):
+        udp.bind(("127.0.0.1", 0))
+        labels = {
+            listener: f"listener 127.0.0.1:{listener.getsockname()[1]}",
+            udp: f"udp socket 127.0.0.1:{udp.getsockname()[1]}",
+        }
+        for sock, label in labels.items():
+            for blocking in (False, True):
+                sock.setblocking(blocking)
+                assert describe_fd(loop, sock.fileno(), sock.fileno()) == label
+                assert os.get_blocking(sock.fileno()) is blocking

@@ -50,7 +50,9 @@ runs on with small experiments):
   ``anon_inode:[pidfd]`` (and ``/proc/self/fdinfo/N`` of a pidfd has a
   ``Pid:`` line).  ``socket.socket(fileno=fd)`` finds the family and type
   of an fd it did not make (``SO_DOMAIN``, ``SO_TYPE``); ``detach()`` lets
-  go of it without closing it.
+  go of it without closing it.  CPython's leaves the fd's blocking mode as
+  it is; PyPy's sets it from the socket's timeout: the default (blocking),
+  or non-blocking when the type given has ``SOCK_NONBLOCK``.
 
 Peers inside the loop never count: a TCP socket whose peer address is the
 local address of another socket of this loop (watched, or owned by one of
@@ -98,6 +100,7 @@ _TCP_FIN_WAIT2 = 5
 # States in which data from the peer can still arrive.
 _TCP_OPEN_FOR_REPLIES = frozenset({_TCP_ESTABLISHED, _TCP_FIN_WAIT1, _TCP_FIN_WAIT2})
 
+_SOCK_NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
 # tcpi_state (offset 0), tcpi_unacked (24), tcpi_last_data_sent (44),
 # tcpi_last_data_recv (52).
 _TCP_INFO = struct.Struct("=B23xI16xI4xI")
@@ -181,11 +184,17 @@ def _socket_of(fd: int, fileobj: object) -> Iterator[socket.socket | None]:
         yield None
         return
     try:
-        view = socket.socket(fileno=fd)
+        blocking = os.get_blocking(fd)
+        # A view that made a loop's fd blocking (PyPy) would block the loop at its next
+        # accept() or read until EAGAIN: the type is given, with the fd's own mode, and
+        # the real one read with SO_TYPE.
+        view = socket.socket(type=0 if blocking else _SOCK_NONBLOCK, fileno=fd)
     except OSError:
         yield None
         return
     try:
+        if view.getblocking() != blocking:  # a platform without SOCK_NONBLOCK
+            view.setblocking(blocking)
         yield view
     finally:
         view.detach()  # the fd is not ours to close
@@ -197,7 +206,7 @@ def _read_socket(fd: int, fileobj: object, reading: bool, writing: bool) -> _Soc
             return None
         try:
             family = sock.family
-            kind = sock.type
+            kind = sock.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)
             local = sock.getsockname()
             listening = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
         except OSError:
