@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from _loopkit import LIST_FDS_SCRIPT, run_within, zombies
@@ -188,6 +189,29 @@ def test_signals(any_loop, method, expected):
         signal.signal(signal.SIGHUP, old)
 
 
+def _wait_for_exit_unreaped(pid):
+    """Block until child ``pid`` has exited, without reaping it."""
+    if hasattr(os, "waitid"):
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass  # a watcher thread (stdlib 3.11) reaped it already
+        return
+    # PyPy 3.11 has no waitid.  Linux: an exited child is a zombie (state Z in
+    # /proc/PID/stat, after the parenthesised name) until it is reaped; then its entry goes,
+    # or, the pid reused, names another parent.
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            return  # reaped already (snakeloop's watching thread, at most 50 ms apart)
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if state == "Z" or int(ppid) != os.getpid():
+            return
+        time.sleep(0.001)
+
+
 def test_signal_after_exit_before_report_is_harmless(any_loop, loop_kind, request):
     loop = any_loop
     if loop_kind == "stdlib":
@@ -202,10 +226,7 @@ def test_signal_after_exit_before_report_is_harmless(any_loop, loop_kind, reques
     async def main():
         proc = await asyncio.create_subprocess_exec(PY, "-c", "pass")
         # Wait for the exit without reaping: the loop may not know yet.
-        try:
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        except ChildProcessError:
-            pass  # a watcher thread (stdlib 3.11) reaped it already
+        _wait_for_exit_unreaped(proc.pid)
         # The signal either goes nowhere or raises ProcessLookupError once the
         # transport let go of the process; the exit code stays the real one.
         try:

@@ -19,7 +19,12 @@ OS and CPython facts this module relies on:
   would get it as soon as a short-lived spawning thread ended.  So the
   thread stays until the child has exited: it waits in
   ``waitid(WEXITED | WNOWAIT)``, which reaps nothing and leaves the exit
-  status to the loop's exit watch (``exitwatch``).
+  status to the loop's exit watch (``exitwatch``).  PyPy 3.11 has no
+  ``os.waitid``: there the thread looks now and then, at most 50 ms apart,
+  whether the child was reaped (``Popen.returncode``, which the exit watch
+  sets) or is a zombie (Linux: the state field of ``/proc/PID/stat`` is
+  ``Z`` for a process that exited and was not reaped; a pid cannot be
+  reused before its zombie is reaped).
 * Any thread may wait for and reap a child forked by another thread of the
   same process (Linux, without ``__WNOTHREAD``), so the exit watch works
   from the loop thread.
@@ -46,14 +51,14 @@ __all__ = ["Spawn"]
 _HAVE_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
 
 
-def _wait_for_exit(pid: int) -> None:
-    """Block until child ``pid`` has exited, without reaping it."""
-    if not _HAVE_WAITID:
-        return
+def _is_zombie(pid: int) -> bool:
     try:
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-    except ChildProcessError:
-        pass  # reaped already
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False  # reaped, or no /proc
+    # The name before the state is in parentheses and may hold any of them.
+    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
 
 
 class Spawn:
@@ -116,11 +121,27 @@ class Spawn:
         if abandoned or not self._report():
             _kill_and_reap(proc)
             return
-        _wait_for_exit(proc.pid)
+        self._wait_for_exit(proc)
         with self._lock:
             abandoned = self._abandoned
         if abandoned:
             proc.wait()  # nobody else will reap it
+
+    def _wait_for_exit(self, proc: subprocess.Popen[Any]) -> None:
+        """Block until the child has exited, without reaping it, or has been abandoned
+        (``abandon()`` kills it; this thread reaps it then)."""
+        if _HAVE_WAITID:
+            try:
+                os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # reaped already
+            return
+        # Returning at once would end this thread: the child's death signal would fire
+        # (PR_SET_PDEATHSIG), and a child the loop abandons later would stay a zombie.
+        delay = 0.0005
+        while not self._abandoned and proc.returncode is None and not _is_zombie(proc.pid):
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _report(self) -> bool:
         try:
