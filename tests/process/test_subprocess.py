@@ -535,3 +535,19 @@ def test_wait_returns_while_grandchild_holds_stdout(loop):
         return rc
 
     assert run(loop, main()) == 0
+
+
+def test_a_child_is_a_zombie_from_its_exit_until_it_is_reaped():
+    # How snakeloop tells an exited child without waitid (PyPy): the exit watch's
+    # has_exited() and the spawning thread read it.
+    from snakeloop._process.procstat import is_zombie
+
+    proc = subprocess.Popen([PY, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert not is_zombie(proc.pid)
+        proc.stdin.close()
+        _wait_for_exit_unreaped(proc.pid)
+        assert is_zombie(proc.pid)
+    finally:
+        proc.wait()
+    assert not is_zombie(proc.pid)

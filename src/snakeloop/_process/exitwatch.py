@@ -25,7 +25,8 @@ OS facts this module relies on:
   child, blocked in ``waitid``; a blocked wait syscall is retried after
   EINTR by Python (PEP 475).  PyPy 3.11 has neither ``os.pidfd_open`` nor
   ``os.waitid``: there the thread asks ``waitpid(pid, WNOHANG)`` under the
-  lock, at most 50 ms apart.
+  lock, at most 50 ms apart, and ``has_exited()`` reads whether the child is
+  a zombie (``procstat``).
 * A pidfd is readable also for a child that some other code reaped: the
   watch then meets ECHILD, as above.
 """
@@ -39,6 +40,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from .procstat import is_zombie
 
 if TYPE_CHECKING:
     from .._core.contract import LoopContract
@@ -206,7 +209,8 @@ class ChildWatch:
         if self._reaped or self._proc.returncode is not None:
             return True
         if not _HAVE_WAITID:
-            return False
+            # Not reaped (above), so the pid is still this child's.
+            return is_zombie(self.pid)
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:

@@ -43,22 +43,14 @@ import time
 from asyncio import exceptions
 from typing import TYPE_CHECKING, Any
 
+from .procstat import is_zombie
+
 if TYPE_CHECKING:
     from .._core.contract import LoopContract
 
 __all__ = ["Spawn"]
 
 _HAVE_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False  # reaped, or no /proc
-    # The name before the state is in parentheses and may hold any of them.
-    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
 
 
 class Spawn:
@@ -139,7 +131,7 @@ class Spawn:
         # Returning at once would end this thread: the child's death signal would fire
         # (PR_SET_PDEATHSIG), and a child the loop abandons later would stay a zombie.
         delay = 0.0005
-        while not self._abandoned and proc.returncode is None and not _is_zombie(proc.pid):
+        while not self._abandoned and proc.returncode is None and not is_zombie(proc.pid):
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
