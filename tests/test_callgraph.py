@@ -5,7 +5,8 @@ async generator, gather, shield, timeout, wait, a nested task, a future two
 tasks await), plus depth, limit, a task that is not the current one, and the
 edge cases of the arguments.  Each runs on snakeloop's Task, on asyncio's C
 Task (a snakeloop loop with ``stdlib_futures=True``, and the stdlib loop), on
-``_PyTask`` and on a snakeloop loop that mixes all three, and compares the
+``_PyTask`` and on a snakeloop loop that mixes all three (on PyPy, which has no C
+Task, asyncio's default Task is ``_PyTask`` and the mix is of two), and compares the
 whole text of ``format_call_graph`` with text built from the scenario's own
 source: line numbers come from ``inspect`` (this file's functions and
 asyncio's), ids from the task objects.  On 3.14+ each graph is also taken by
@@ -32,17 +33,20 @@ from snakeloop.callgraph import FrameCallGraphEntry, FutureCallGraph
 KINDS = ("snakeloop", "c", "stdlib", "stdlib-py", "mixed")
 
 
+# A snakeloop Task, a C Task and a _PyTask in turn (_loopkit's, which is current to
+# asyncio.current_task() on 3.14 too).  PyPy has no C Task: its asyncio.Task is _PyTask,
+# so the mix there is of the two classes that exist.
+MIXED_CLASSES = tuple(dict.fromkeys((SnakeTask, asyncio.Task, PyTask)))
+
+
 def make_loop(kind):
+    factory = {"stdlib-py": py_task_factory, "mixed": MixedTaskFactory(*MIXED_CLASSES)}
     if kind in ("stdlib", "stdlib-py"):
         loop = asyncio.SelectorEventLoop()
     else:
         loop = snakeloop.Loop(stdlib_futures=(kind == "c"))
-    if kind == "stdlib-py":
-        loop.set_task_factory(py_task_factory)
-    elif kind == "mixed":
-        # A snakeloop Task, a C Task and a _PyTask in turn (_loopkit's, which is
-        # current to asyncio.current_task() on 3.14 too).
-        loop.set_task_factory(MixedTaskFactory(SnakeTask, asyncio.tasks._CTask, PyTask))
+    if kind in factory:
+        loop.set_task_factory(factory[kind])
     return loop
 
 
@@ -135,7 +139,7 @@ def _canonical_block(lines, level):
 
 def only_c(box):
     """Whether the scenario ran on asyncio's C tasks and futures alone."""
-    c_types = (asyncio.tasks._CTask, asyncio.futures._CFuture)
+    c_types = (getattr(asyncio.tasks, "_CTask", None), getattr(asyncio.futures, "_CFuture", None))
     return bool(box.tasks) and all(type(obj) in c_types for obj in box.tasks.values())
 
 

@@ -6,9 +6,10 @@ with text built here from the scenario's own code: line numbers come from
 so the expectations hold on every Python version without hard-coded numbers.
 The loops use a FakeClock, so ``loop.time()`` is fixed too.
 
-Task kinds: snakeloop's Task (``Loop()``), asyncio's C Task
-(``Loop(stdlib_futures=True)``), asyncio's ``_PyTask`` (a task factory), and a
-mixed loop whose factory cycles through the three.
+Task kinds: snakeloop's Task (``Loop()``), asyncio's default Task
+(``Loop(stdlib_futures=True)``: the C Task, or on PyPy, which has no ``_asyncio``,
+the pure-Python one), asyncio's ``_PyTask`` (a task factory), and a mixed loop whose
+factory cycles through those that are distinct classes (on PyPy, two).
 """
 
 from __future__ import annotations
@@ -38,22 +39,27 @@ def py_task_factory(loop, coro, **kwargs):
     return PyTask(coro, loop=loop, **kwargs)
 
 
+# asyncio's Task is its C Task where _asyncio exists; on PyPy it is _PyTask itself.
+C_TASK = getattr(asyncio.tasks, "_CTask", None)
+MIXED_CLASSES = tuple(dict.fromkeys((asyncio.Task, SnakeTask, PyTask)))
+
+
 class MixedFactory:
-    """Makes a C Task, a snakeloop Task and a _PyTask in turn."""
+    """Makes a C Task (where there is one), a snakeloop Task and a _PyTask in turn."""
 
     def __init__(self):
-        self.kinds = itertools.cycle((asyncio.tasks._CTask, SnakeTask, PyTask))
+        self.kinds = itertools.cycle(MIXED_CLASSES)
 
     def __call__(self, loop, coro, **kwargs):
         return next(self.kinds)(coro, loop=loop, **kwargs)
 
 
 def make_loop(kind):
+    # The factory first: a loop made before a failure would be left open.
+    factory = MixedFactory() if kind == "mixed" else py_task_factory if kind == "py" else None
     loop = snakeloop.Loop(clock=FakeClock(), stdlib_futures=(kind == "c"))
-    if kind == "py":
-        loop.set_task_factory(py_task_factory)
-    elif kind == "mixed":
-        loop.set_task_factory(MixedFactory())
+    if factory is not None:
+        loop.set_task_factory(factory)
     return loop
 
 
@@ -515,7 +521,7 @@ def test_json_has_the_same_data(loop):
         cls = kinds[task_id]
         if issubclass(cls, SnakeTask):
             return "snakeloop"
-        return "asyncio" if issubclass(cls, asyncio.tasks._CTask) else "asyncio-py"
+        return "asyncio" if C_TASK is not None and issubclass(cls, C_TASK) else "asyncio-py"
 
     def frame(func, snippet, path):
         lineno, source = _line(func, snippet)
@@ -562,6 +568,55 @@ def test_json_has_the_same_data(loop):
     }
     q.put_nowait(1)
     loop.run_until_complete(main)
+
+
+def test_the_registry_read_gives_what_asyncio_all_tasks_gives():
+    # The report reads the task registry its own way (_insight/registry.py, for other
+    # threads' sake): the same tasks as asyncio.all_tasks(), each loop's pending ones only.
+    from snakeloop._insight.registry import tasks_of
+
+    loops = [make_loop("snakeloop"), make_loop("c")]
+    try:
+        events = [asyncio.Event() for _ in loops]  # an Event is bound to one loop
+        for loop, ev in zip(loops, events, strict=True):
+            pending = [loop.create_task(wait_event(ev)) for _ in range(4)]
+            done = loop.create_task(_tick())
+            settle(loop)
+            assert done.done()
+            assert tasks_of(loop) == asyncio.all_tasks(loop) == set(pending)
+        for loop, ev in zip(loops, events, strict=True):
+            ev.set()
+            settle(loop)
+            assert tasks_of(loop) == asyncio.all_tasks(loop) == set()
+    finally:
+        for loop in loops:
+            close_loop(loop)
+
+
+def test_the_kind_names_the_task_implementation():
+    # "asyncio" is asyncio's C Task and "asyncio-py" its pure-Python one.  PyPy has no
+    # _asyncio: its asyncio.Task, the loop's default task with stdlib_futures=True, is the
+    # pure-Python one, and the report says so rather than calling it a C task.
+    loop = make_loop("c")
+    try:
+        ev = asyncio.Event()
+        tasks = {"default": loop.create_task(wait_event(ev), name="default")}
+        for name, cls in (("py", PyTask), ("snake", SnakeTask)):
+            loop.set_task_factory(lambda loop, coro, cls=cls, **kw: cls(coro, loop=loop, **kw))
+            tasks[name] = loop.create_task(wait_event(ev), name=name)
+        settle(loop)
+        data = json.loads(report(loop, format="json"))
+        assert type(tasks["default"]) is asyncio.Task
+        default = "asyncio-py" if sys.implementation.name == "pypy" else "asyncio"
+        assert {task["name"]: task["kind"] for task in data["tasks"]} == {
+            "default": default,
+            "py": "asyncio-py",
+            "snake": "snakeloop",
+        }
+        ev.set()
+        loop.run_until_complete(asyncio.gather(*tasks.values()))
+    finally:
+        close_loop(loop)
 
 
 async def wait_unseen(ev):

@@ -42,6 +42,8 @@ and ``awaited by`` name the combinator in between: ``(via gather)``,
 
     FRAME = {"file": str, "line": int, "function": str, "source": str}
 
+``kind`` names the task's class: "asyncio" is asyncio's C Task, "asyncio-py" its
+pure-Python ``_PyTask`` (on PyPy, which has no C Task, that is ``asyncio.Task``).
 Paths are relative to the working directory when under it, and to the
 standard library for its modules (``asyncio/queues.py``).
 

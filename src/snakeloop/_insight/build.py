@@ -25,6 +25,7 @@ from .primitives import (
     state_text,
     type_name,
 )
+from .registry import tasks_of
 
 _PY_TASK = asyncio.tasks._PyTask  # type: ignore[attr-defined]
 _C_TASK = asyncio.tasks._CTask if hasattr(asyncio.tasks, "_CTask") else None  # type: ignore[attr-defined]
@@ -57,14 +58,14 @@ if sys.version_info >= (3, 14):
     _py_current_task = asyncio.tasks._py_current_task  # type: ignore[attr-defined]
 
     def _tasks_of(loop: Any) -> set[Any]:
-        return asyncio.all_tasks(loop) | _py_all_tasks(loop)  # type: ignore[no-any-return]
+        return tasks_of(loop) | _py_all_tasks(loop)  # type: ignore[no-any-return]
 
     def _current_task(loop: Any) -> Any:
         current = asyncio.current_task(loop)
         return _py_current_task(loop) if current is None else current
 
 else:
-    _tasks_of = asyncio.all_tasks
+    _tasks_of = tasks_of
     _current_task = asyncio.current_task
 
 
@@ -72,7 +73,7 @@ def _all_tasks(loop: Any) -> list[Any]:
     for _ in range(10):
         try:
             return list(_tasks_of(loop))
-        except RuntimeError:  # the set changed while another thread copied it
+        except RuntimeError:  # the set changed while another thread copied it (3.12+)
             continue
     return []
 

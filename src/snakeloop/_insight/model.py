@@ -41,7 +41,9 @@ class TaskNode:
 
     id: str  # hex id of the task object
     name: str
-    kind: str  # "snakeloop", "asyncio" (C Task) or "asyncio-py" (_PyTask) or the class name
+    # "snakeloop", "asyncio" (the C Task), "asyncio-py" (_PyTask, which on PyPy is
+    # asyncio.Task itself: there is no C one) or the class name
+    kind: str
     state: str  # "waiting", "running" or "ready" (its step is queued)
     created_at: FrameLine | None
     frames: list[FrameLine] = field(default_factory=list)

@@ -256,11 +256,14 @@ def snapshot(loop: Any, *, reset_peaks: bool = False) -> LoopMetrics:
 
 
 def _tasks_alive(loop: Any) -> int:
-    import asyncio
+    # Not asyncio.all_tasks(): on 3.11, read from another thread while the loop makes tasks,
+    # it retries for minutes once many tasks are registered, as on PyPy they soon are
+    # (see _insight.registry).
+    from .._insight.registry import tasks_of
 
     for _ in range(3):
         try:
-            return len(asyncio.all_tasks(loop))
+            return len(tasks_of(loop))
         except RuntimeError:  # the task set changed size while it was read
             continue
     return -1
