@@ -236,7 +236,8 @@ def _repr_states(loop):
 
 
 def test_task_repr_matches_stdlib():
-    """snakeloop's reprs are meant to read like asyncio's C Task."""
+    """snakeloop's reprs read like asyncio's default Task's: the C one, or on PyPy (no
+    _asyncio) the pure-Python one, whose wakeup callback has another name."""
     assert_same(_repr_states)
 
 

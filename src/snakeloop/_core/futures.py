@@ -1126,9 +1126,12 @@ class Task(Future[_T]):
         self = future = None
 
 
-# asyncio's C Task names its wakeup callback task_wakeup, and that is the
-# name future reprs show: cb=[Task.task_wakeup()].
-Task._wakeup.__qualname__ = "Task.task_wakeup"
+# Future reprs show the wakeup callback by the name asyncio's own Task gives it: the C
+# Task's is task_wakeup, cb=[Task.task_wakeup()]; where asyncio.Task is the pure-Python
+# one (PyPy, which has no _asyncio), its method's, cb=[Task.__wakeup()].
+Task._wakeup.__qualname__ = getattr(
+    getattr(_aio_tasks.Task, "_Task__wakeup", None), "__qualname__", "Task.task_wakeup"
+)
 
 _OWN_CLASSES = frozenset((Future, Task))
 
