@@ -73,7 +73,7 @@ def _all_tasks(loop: Any) -> list[Any]:
     for _ in range(10):
         try:
             return list(_tasks_of(loop))
-        except RuntimeError:  # the set changed while another thread copied it (3.12+)
+        except RuntimeError:  # the set changed while another thread copied it (3.14+: _PyTask)
             continue
     return []
 
