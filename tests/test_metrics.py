@@ -340,19 +340,19 @@ def test_a_slow_step_is_found_then_attributed_to_its_task_and_lines(stdlib_futur
     caplog.set_level(logging.DEBUG)
     options = {"log_slow_callbacks": True} if logged else {}
     m = _run_blocking(stdlib_futures, **options)
-    # The first block is seen only as a slow stretch between two clock reads;
-    # it opens the timing window, in which the second is attributed.  (On a
-    # busy machine a hiccup may open the window earlier: then the first block
-    # is attributed too.)
+    # The first block is seen as a slow stretch between two clock reads, of
+    # the timer that woke the task and the task's step: it is put to that
+    # step, and opens the timing window, in which the second is timed alone.
     assert m.slow_iterations >= 2
-    *earlier, record = m.slow_callbacks
-    assert [r.segment for r in earlier] in (
-        [],
-        [
-            f"{_place(_blocks_twice, 'await asyncio.sleep(0.01)')} → "
-            f"{_place(_blocks_twice, 'between the blocks')}"
-        ],
+    first, record = m.slow_callbacks
+    # The first block is named when it is seen: its stretch ended with the
+    # task's step, and where the step began is read from the code.
+    assert (first.task_name, first.coro_qualname) == ("blocker", "_blocks_twice")
+    assert first.segment == (
+        f"{_place(_blocks_twice, 'await asyncio.sleep(0.01)')} → "
+        f"{_place(_blocks_twice, 'between the blocks')}"
     )
+    assert first.callback_label.startswith("step of 'blocker'")
     assert record.task_name == "blocker"
     assert record.coro_qualname == "_blocks_twice"
     assert record.segment == (
@@ -509,6 +509,104 @@ def test_a_slow_plain_callback_is_named_by_its_function():
         loop.close()
     assert record.task_name is None and record.segment is None
     assert record.callback_label.endswith("stall")
+
+
+async def _stalls_once():
+    await asyncio.sleep(0.01)  # before the stall
+    time.sleep(BLOCK)
+    await asyncio.sleep(0.01)  # after the stall
+
+
+@TASK_KINDS
+def test_one_stall_is_attributed_to_its_task_and_lines_when_it_happens(stdlib_futures):
+    """Outside debug mode and without a timing window: the one stall of a
+    program is named at once, with the lines it ran between."""
+
+    async def main():
+        await asyncio.create_task(_stalls_once(), name="stalls")
+        return asyncio.get_running_loop().metrics()
+
+    loop = snakeloop.new_event_loop(stdlib_futures=stdlib_futures)
+    try:
+        assert not loop.get_debug()
+        m = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    [record] = m.slow_callbacks
+    assert record.task_name == "stalls"
+    assert record.coro_qualname == "_stalls_once"
+    assert record.segment == (
+        f"{_place(_stalls_once, 'before the stall')} → {_place(_stalls_once, 'after the stall')}"
+    )
+    assert record.duration >= BLOCK
+    assert record.callback_label.startswith("step of 'stalls'")
+    assert m.slow_iterations == 1
+
+
+def test_a_stall_alone_in_its_stretch_is_named_without_a_window():
+    def stall():
+        time.sleep(BLOCK)
+
+    loop = snakeloop.new_event_loop()
+    try:
+        loop.call_soon(stall)
+        # Due after the stall: the wait before it ends the stretch, which ran
+        # the stall alone.
+        loop.call_later(0.01, loop.stop)
+        loop.run_forever()
+        [record] = loop.metrics().slow_callbacks
+        timing = loop._observe is not None
+    finally:
+        loop.close()
+    assert record.task_name is None and record.segment is None
+    assert record.callback_label.endswith("stall")
+    assert record.duration >= BLOCK
+    # Known exactly: no window opens to find it.
+    assert not timing
+
+
+def test_a_stretch_of_several_callbacks_says_how_many_ran_and_opens_the_window():
+    def stall():
+        time.sleep(BLOCK)
+
+    def quick():
+        pass
+
+    loop = snakeloop.new_event_loop()
+    try:
+        loop.call_soon(stall)
+        loop.call_soon(quick)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        [record] = loop.metrics().slow_callbacks
+        timing = loop._observe is not None
+    finally:
+        loop.close()
+    assert record.callback_label == "3 callbacks"
+    assert (record.task_name, record.coro_qualname, record.segment) == (None, None, None)
+    assert record.duration >= BLOCK
+    assert timing
+
+
+def test_ready_max_is_the_longest_ready_queue_an_iteration_ran():
+    loop = snakeloop.new_event_loop()
+    try:
+        for _ in range(50):
+            loop.call_soon(lambda: None)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        burst = loop.metrics(reset_peaks=True)
+        after_reset = loop.metrics()
+        loop.call_soon(lambda: None)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        steady = loop.metrics()
+    finally:
+        loop.close()
+    assert burst.ready_max == 51
+    assert after_reset.ready_max == 0
+    assert steady.ready_max == 2
+    assert steady.ready_total == 53
 
 
 def test_the_timing_window_closes_after_its_time():

@@ -685,8 +685,8 @@ class Loop(
     def metrics(self, reset_peaks: bool = False) -> LoopMetrics:
         """A snapshot of what this loop has been doing (``snakeloop.metrics``).
 
-        ``reset_peaks=True`` starts the peak (``timer_lag_max``) over after
-        this snapshot.  Raises RuntimeError on a
+        ``reset_peaks=True`` starts the peaks (``timer_lag_max``,
+        ``ready_max``) over after this snapshot.  Raises RuntimeError on a
         loop made with ``metrics=False``.  Safe from any thread.
         """
         from .metrics import snapshot

@@ -7,6 +7,7 @@ cdef class LoopCounters:
     cdef public Py_ssize_t polls_skipped
     cdef public Py_ssize_t callbacks
     cdef public Py_ssize_t ready_total
+    cdef public Py_ssize_t ready_max
     cdef public Py_ssize_t io_events
     cdef public Py_ssize_t io_backlog
     cdef public double idle

@@ -40,6 +40,7 @@ class LoopCounters:
         "polls_skipped",
         "callbacks",
         "ready_total",
+        "ready_max",
         "io_events",
         "io_backlog",
         "idle",
@@ -62,6 +63,8 @@ class LoopCounters:
         self.polls_skipped = 0
         self.callbacks = 0
         self.ready_total = 0
+        # The most callbacks one iteration took from the ready queue (a peak).
+        self.ready_max = 0
         self.io_events = 0
         self.io_backlog = 0
         self.idle = 0.0
@@ -88,6 +91,7 @@ class LoopCounters:
         iterations: int,
         polls: int,
         ready_total: int,
+        ready_max: int,
         io_callbacks: int,
         lone_io: int,
         io_events: int,
@@ -109,6 +113,8 @@ class LoopCounters:
         # An iteration that did not poll skipped it (see steps 2-3).
         self.polls_skipped += iterations - polls
         self.ready_total += ready_total
+        if ready_max > self.ready_max:
+            self.ready_max = ready_max
         self.callbacks += ready_total + io_callbacks + lone_io
         self.io_events += io_events + lone_io
         self.io_backlog += io_backlog
@@ -145,5 +151,6 @@ class LoopCounters:
         return self.idle + ((ended if ended >= started else now) - started)
 
     def reset_peaks(self) -> None:
-        """Start the peak (``lag_max``) over."""
+        """Start the peaks (``lag_max``, ``ready_max``) over."""
         self.lag_max = 0.0
+        self.ready_max = 0

@@ -147,11 +147,13 @@ cdef class CoreLoop:
         nevents=Py_ssize_t,
         backlog=Py_ssize_t,
         fired=Py_ssize_t,
+        ready_peak=Py_ssize_t,
+        mark=Py_ssize_t,
     )
     cpdef _run_iterations(self, once)
 
     @cython.locals(handle=Handle)
-    cdef Py_ssize_t _run_ready(self, Py_ssize_t ntodo, object ready) except -1
+    cdef object _run_ready(self, Py_ssize_t ntodo, object ready)
 
     @cython.locals(c_clock=cython.bint, slow=double, t=double, t0=double, until=double, handle=Handle)
     cpdef Py_ssize_t _run_ready_timed(self, Py_ssize_t ntodo, object ready, tuple timed) except -1

@@ -1185,8 +1185,15 @@ class CoreLoop:
         # Local counts since the last flush (see LoopCounters.add).
         countdown = limit = 1 if once else _FLUSH_EVERY
         polls = ran = ran_io = lone = nevents = backlog = fired = 0
+        # The longest ready queue an iteration ran (LoopCounters.ready_max).
+        ready_peak = 0
         idle = 0.0
         lags = []
+        # ran + ran_io + lone at the last clock read: the callbacks of a stretch are
+        # counted from it (a flush carries it over).  The last one run is in
+        # ``handle`` (every way a callback runs leaves it there): a slow stretch of
+        # one callback is that one's, and of several, it is the one known.
+        mark = 0
         slow = self.slow_callback_duration
         flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
         coarse_margin = _COARSE_TICKS_OF_MARGIN * _COARSE_STEP
@@ -1208,6 +1215,7 @@ class CoreLoop:
         # run's first iteration may not.
         may_skip = self._skip_polls_after_polls
         skip_poll = False
+        handle = io_handle = None
         try:
             while True:
                 # 1. Lazily cancelled timers (compiled, cancel() has taken
@@ -1241,10 +1249,6 @@ class CoreLoop:
                         events = None
                 else:
                     skip_poll = may_skip
-                    # The last callback's handle goes before a wait, not at
-                    # the end of every iteration: until the next step 5 (or
-                    # lone reader) overwrites it, only the loop's code runs.
-                    handle = io_handle = None
                     # A poll that may wait: it is timed, and the stretch
                     # before it ends here.  A stretch longer than
                     # slow_callback_duration is always longer than
@@ -1258,10 +1262,11 @@ class CoreLoop:
                         t = last_read
                     if t - flushed_at > flush_gap:
                         if t - last_read > slow:
-                            self._slow_stretch(t - last_read)
+                            self._slow_stretch(t - last_read, ran + ran_io + lone - mark, handle)
                             # Ended: a poll that does not wait leaves the
                             # stretch to step 4, which would count it again.
                             last_read = t
+                            mark = ran + ran_io + lone
                         # The totals are published here at most every
                         # FLUSH_AFTER seconds: every time would cost a server
                         # answering one request per iteration several percent.
@@ -1270,6 +1275,7 @@ class CoreLoop:
                             limit - countdown,
                             polls,
                             ran,
+                            ready_peak,
                             ran_io,
                             lone,
                             nevents,
@@ -1279,7 +1285,8 @@ class CoreLoop:
                             lags,
                         )
                         limit = countdown
-                        polls = ran = ran_io = lone = nevents = backlog = fired = 0
+                        mark -= ran + ran_io + lone
+                        polls = ran = ran_io = lone = nevents = backlog = fired = ready_peak = 0
                         idle = 0.0
                         lags = []
                         slow = self.slow_callback_duration
@@ -1288,6 +1295,10 @@ class CoreLoop:
                         # The skips were allowed by the threshold just replaced.
                         coarse_skip = 0
                         skip_run = _COARSE_SKIPS
+                    # The last callback's handle goes before a wait, not at
+                    # the end of every iteration: until the next step 5 (or
+                    # lone reader) overwrites it, only the loop's code runs.
+                    handle = io_handle = None
                     if scheduled:
                         timeout = (_first_deadline(scheduled) if compiled else scheduled[0]) - t
                         if timeout > 0:
@@ -1300,6 +1311,7 @@ class CoreLoop:
                                 timeout = MAXIMUM_POLL_TIMEOUT
                             events = self._poll(timeout)
                             last_read = monotonic_seconds() if c_clock else now()
+                            mark = ran + ran_io + lone
                             counters.wait_ended = last_read
                             idle += last_read - t
                         else:
@@ -1312,6 +1324,7 @@ class CoreLoop:
                             # Nothing watched and no timer: the loop's deadlock check.
                             events = self._block_forever()
                         last_read = monotonic_seconds() if c_clock else now()
+                        mark = ran + ran_io + lone
                         counters.wait_ended = last_read
                         idle += last_read - t
                     elif readers or writers or self._block_forever is None:
@@ -1362,6 +1375,7 @@ class CoreLoop:
                                     raise
                                 except BaseException as exc:
                                     io_handle._report(exc)
+                                handle = io_handle
                                 io_handle = None
                                 countdown -= 1
                                 if not countdown:
@@ -1371,6 +1385,7 @@ class CoreLoop:
                                         limit,
                                         polls,
                                         ran,
+                                        ready_peak,
                                         ran_io,
                                         lone,
                                         nevents,
@@ -1380,8 +1395,9 @@ class CoreLoop:
                                         lags,
                                     )
                                     countdown = limit = _FLUSH_EVERY
+                                    mark -= ran + ran_io + lone
                                     polls = ran = ran_io = lone = nevents = backlog = 0
-                                    fired = 0
+                                    fired = ready_peak = 0
                                     idle = 0.0
                                     lags = []
                                 elif self._stopping:
@@ -1486,9 +1502,12 @@ class CoreLoop:
                                 last_read = coarse
                             else:
                                 if coarse - last_read > slow:
-                                    self._slow_stretch(coarse - last_read)
+                                    self._slow_stretch(
+                                        coarse - last_read, ran + ran_io + lone - mark, handle
+                                    )
                                 skip_run = _COARSE_SKIPS
                                 last_read = coarse
+                                mark = ran + ran_io + lone
                         else:
                             # The skips end at the first timer that may be
                             # due: their floor was set from a reading now past.
@@ -1496,8 +1515,11 @@ class CoreLoop:
                             skip_run = _COARSE_SKIPS
                             t = monotonic_seconds() if c_clock else now()
                             if t - last_read > slow:
-                                self._slow_stretch(t - last_read)
+                                self._slow_stretch(
+                                    t - last_read, ran + ran_io + lone - mark, handle
+                                )
                             last_read = t
+                            mark = ran + ran_io + lone
                             # Read each time: timer_delay's seam changes it while the loop runs.
                             end_time = t + self._clock_resolution
                             deadline = _first_deadline(scheduled)
@@ -1510,8 +1532,9 @@ class CoreLoop:
                     else:
                         t = now()
                         if t - last_read > slow:
-                            self._slow_stretch(t - last_read)
+                            self._slow_stretch(t - last_read, ran + ran_io + lone - mark, handle)
                         last_read = t
+                        mark = ran + ran_io + lone
                         end_time = t + self._clock_resolution
                         when = scheduled[0]
                         if when < end_time:
@@ -1556,6 +1579,8 @@ class CoreLoop:
                 # cost the chain row 18% more instructions per callback.)
                 ntodo = len(ready)
                 ran += ntodo
+                if ntodo > ready_peak:
+                    ready_peak = ntodo
                 if self._observe:
                     # Debug mode, instruments or a metrics timing window:
                     # every callback through the observer (snakeloop.observing).
@@ -1588,6 +1613,7 @@ class CoreLoop:
                             raise
                         except BaseException as exc:
                             io_handle._report(exc)
+                    handle = io_handle
                     batch = None
                 if compiled:
                     # The same loop in C (see _run_ready).  A long batch runs in
@@ -1605,9 +1631,15 @@ class CoreLoop:
                             ntodo -= _STRETCH_CALLBACKS
                             t = monotonic_seconds()
                             if t - last_read > slow:
-                                self._slow_stretch(t - last_read)
+                                # The ntodo left have not run yet.
+                                self._slow_stretch(
+                                    t - last_read, ran + ran_io + lone - mark - ntodo, None
+                                )
                             last_read = t
-                    ntodo = self._run_ready(ntodo, ready)
+                            mark = ran + ran_io + lone - ntodo
+                    if ntodo:
+                        handle = self._run_ready(ntodo, ready)
+                        ntodo = 0
                 while ntodo:
                     ntodo -= 1
                     handle = popleft()
@@ -1636,28 +1668,49 @@ class CoreLoop:
                     if once or self._stopping:
                         return
                     counters.add(
-                        limit, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
+                        limit,
+                        polls,
+                        ran,
+                        ready_peak,
+                        ran_io,
+                        lone,
+                        nevents,
+                        backlog,
+                        idle,
+                        fired,
+                        lags,
                     )
                     countdown = limit = _FLUSH_EVERY
-                    polls = ran = ran_io = lone = nevents = backlog = fired = 0
+                    mark -= ran + ran_io + lone
+                    polls = ran = ran_io = lone = nevents = backlog = fired = ready_peak = 0
                     idle = 0.0
                     lags = []
                 elif self._stopping:
                     return
         finally:
-            # A traceback that passed through this frame keeps its locals
-            # alive after the return: drop the last callback's handle.
-            handle = io_handle = None
             if not once:
                 # The run's last stretch ends here: a stall in its last
                 # callbacks is seen now or never, since the next run starts
                 # a stretch of its own.  One read a run, not an iteration.
                 t = monotonic_seconds() if c_clock else now()
                 if t - last_read > slow:
-                    self._slow_stretch(t - last_read)
+                    self._slow_stretch(t - last_read, ran + ran_io + lone - mark, handle)
+            # A traceback that passed through this frame keeps its locals
+            # alive after the return: drop the last callback's handle.
+            handle = io_handle = None
             # Every way out (stop, run_once, an exception) keeps the counts.
             counters.add(
-                limit - countdown, polls, ran, ran_io, lone, nevents, backlog, idle, fired, lags
+                limit - countdown,
+                polls,
+                ran,
+                ready_peak,
+                ran_io,
+                lone,
+                nevents,
+                backlog,
+                idle,
+                fired,
+                lags,
             )
 
     def _run_ready(self, ntodo, ready):
@@ -1670,8 +1723,10 @@ class CoreLoop:
         C API instead of a ``Context.run`` method call.  ``ready`` is the
         run's ``_ready`` (the queue is swapped only between runs), read once
         per run; entries leave it through deque's C popleft (readyqueue.pxd).
-        Returns 0: none left.
+        Returns the last entry run, which the run loop keeps as its ``handle``
+        (a slow stretch of one callback is that one's).
         """
+        entry = None
         while ntodo:
             ntodo -= 1
             entry = queue_popleft(ready)
@@ -1700,7 +1755,7 @@ class CoreLoop:
                 raise
             except BaseException as exc:
                 _as_handle(self, entry)._report(exc)
-        return 0
+        return entry
 
     def _run_ready_timed(self, ntodo, ready, timed):
         """Step 5 in a metrics timing window (or ``"exact"`` mode): run the
@@ -1813,8 +1868,10 @@ class CoreLoop:
             if _first_deadline(scheduled) >= end_time:
                 return
 
-    def _slow_stretch(self, duration):
-        """The callbacks between two clock reads ran ``duration`` seconds."""
+    def _slow_stretch(self, duration, count, last):
+        """The ``count`` callbacks between two clock reads ran ``duration``
+        seconds; ``last`` is the entry (a plain tuple or a Handle) of the last
+        of them, or None where the run loop did not keep it."""
         if self._time_is_replaced():  # type: ignore[attr-defined]  # Loop's (contract)
             # Read from what replaced ``time``: a test that moves it has not
             # made a callback slow.
@@ -1822,7 +1879,7 @@ class CoreLoop:
         self._counters.slow_iterations += 1
         on_slow = self._on_slow_stretch
         if on_slow is not None:
-            on_slow(duration)
+            on_slow(duration, count, last if count else None)
 
     @cython.locals(timer=TimerHandle)
     def _drop_cancelled_timers_at_top(self):

@@ -91,7 +91,21 @@ def where_suspended(task: Any) -> tuple[str, int] | None:
     asyncio.sleep(1)`` stands at the line of that await, not in ``sleep``.
     None when the task has no suspended frame (finished, or not started).
     """
-    return place_of(suspension_of(task, LIBRARY_FILES, judge_file))
+    return place_of(suspension_after_step(task))
+
+
+def suspension_after_step(task: Any) -> list[Any] | None:
+    """``suspension_of`` the task, read between its steps."""
+    return suspension_of(task, LIBRARY_FILES, judge_file)
+
+
+def step_start(suspension: list[Any] | None) -> tuple[str, int] | None:
+    """``(file, line)`` where the step that left a task at ``suspension`` (read
+    after it) began, as its code tells it (``_insight.resumes``), or None."""
+    from .resumes import step_start as start_in_code
+
+    began = start_in_code(suspension, _line_at)
+    return None if began is None else (began[0].co_filename, began[1])
 
 
 def place_of(suspension: list[Any] | None) -> tuple[str, int] | None:

@@ -149,7 +149,8 @@ class LoopMetrics:
     """A snapshot of one loop's metrics (see the module docstring).
 
     Totals count from the loop's creation; ``timer_lag_max`` is the peak since
-    creation or the last ``loop.metrics(reset_peaks=True)``.
+    creation or the last ``loop.metrics(reset_peaks=True)``, and so is
+    ``ready_max``.
     """
 
     mode: bool | str
@@ -177,8 +178,10 @@ class LoopMetrics:
     timer_lag_count: int
     timer_lag_hist: tuple[int, ...]
     # Callbacks taken from the ready queue (I/O callbacks run straight from
-    # a poll are not in it).
+    # a poll are not in it), and the most one iteration took (a peak, as
+    # timer_lag_max): a burst shows here, a steady load does not.
     ready_total: int
+    ready_max: int
     # Stretches between two clock reads longer than slow_callback_duration,
     # and the last 32 slow callbacks attributed (oldest first).
     slow_iterations: int
@@ -241,6 +244,7 @@ def snapshot(loop: Any, *, reset_peaks: bool = False) -> LoopMetrics:
         timer_lag_count=counters.lag_count,
         timer_lag_hist=tuple(counters.lag_hist),
         ready_total=counters.ready_total,
+        ready_max=counters.ready_max,
         slow_iterations=counters.slow_iterations,
         slow_callbacks=recorder.recent(),
         ready_depth=len(loop._ready),
@@ -288,6 +292,7 @@ _PROMETHEUS_SERIES = (
         "Stretches of callbacks longer than slow_callback_duration.",
     ),
     ("ready_total", "counter", "ready_total", "Callbacks taken from the ready queue."),
+    ("ready_max", "gauge", "ready_max", "Most callbacks one iteration took from the ready queue."),
     ("ready_depth", "gauge", "ready_depth", "Callbacks waiting in the ready queue."),
     ("executor_jobs", "gauge", "executor_jobs", "Executor jobs not finished."),
     ("timers_pending", "gauge", "timers_pending", "Timers scheduled."),

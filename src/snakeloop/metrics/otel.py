@@ -36,6 +36,7 @@ _SERIES = (
     ("snakeloop.slow_iterations", "counter", "slow_iterations", "1", "Slow stretches"),
     ("snakeloop.utilization", "gauge", "utilization", "1", "Busy fraction since start"),
     ("snakeloop.timer_lag_max", "gauge", "timer_lag_max", "s", "Peak timer lateness"),
+    ("snakeloop.ready_max", "gauge", "ready_max", "1", "Peak callbacks in one iteration"),
     ("snakeloop.ready_depth", "gauge", "ready_depth", "1", "Callbacks waiting"),
     ("snakeloop.executor_jobs", "gauge", "executor_jobs", "1", "Executor jobs not finished"),
     ("snakeloop.timers_pending", "gauge", "timers_pending", "1", "Timers scheduled"),

@@ -2,12 +2,17 @@
 
 The run loop hands over two things (``_core.runloop``):
 
-- ``on_slow_stretch(duration)``: the stretch between two of its clock
-  reads ran longer than ``slow_callback_duration``.  It cannot say which
-  of its callbacks was slow, so the loop then times every callback
-  for ``WINDOW`` seconds (a timing window, at most one every
-  ``WINDOW_EVERY`` seconds, so its cost stays under 1% of the time), and
-  any slow one in the window is recorded with its task and lines;
+- ``on_slow_stretch(duration, count, last)``: the stretch between two of
+  its clock reads ran ``count`` callbacks and lasted longer than
+  ``slow_callback_duration``.  When it ran one (``last``, the usual case:
+  a task step that blocked, in an iteration of its own), that one is
+  recorded at once, with its task and the line where the task stands now;
+  where it stood before the step was not read (that would cost every step
+  a frame walk).  Of several, only how many ran is known: a record says
+  so, and the loop then times every callback for ``WINDOW`` seconds (a
+  timing window, at most one every ``WINDOW_EVERY`` seconds, so its cost
+  stays under 1% of the time), and any slow one in the window is recorded
+  with its task and lines;
 - with the window open (or in ``"exact"`` mode), each slow callback from
   the observer (``snakeloop.observing``) through ``record``.
 
@@ -76,13 +81,34 @@ class MetricsRecorder:
         """Whether every callback is timed at loop time ``now``."""
         return self.exact or now < self._window_until
 
-    def on_slow_stretch(self, duration: float) -> None:
+    def on_slow_stretch(self, duration: float, count: int = 0, last: Any = None) -> None:
+        """The ``count`` callbacks between two of the run loop's clock reads ran
+        ``duration`` seconds; ``last`` is the entry of the last of them, when
+        the run loop kept it (None otherwise)."""
         loop = self._loop
         # The loop's own clock: the windows are stretches of real (or virtual)
         # time, whatever replaced loop.time.
         now = loop._clock.monotonic()
         if self.timing(now):
             return  # the observer times each callback itself
+        task = None
+        if last is not None:
+            from .._insight.steps import task_stepped_in
+
+            task = task_stepped_in(last)
+        if count == 1 and last is not None:
+            # One callback held the loop: it is the slow one, known without
+            # timing anything.
+            self.record(last, duration, task, None)
+            return
+        if task is not None:
+            # Several ran, the last a task step: the likeliest culprit (a step
+            # that blocked, and the quick callbacks that led to it), recorded as
+            # that, with how many ran; the window below finds the slow one for
+            # sure the next time.
+            self.record(last, duration, task, None, count)
+        else:
+            self._record_stretch(duration, count)
         opens = now - self._window_opened >= WINDOW_EVERY
         if not self.log:
             if opens:
@@ -96,9 +122,10 @@ class MetricsRecorder:
         self._quiet_until = now + WINDOW
         unreported, self._unreported = self._unreported, 0
         logger.warning(
-            "%r ran callbacks for %.3f seconds without a pause, longer than "
+            "%r ran %s for %.3f seconds without a pause, longer than "
             "slow_callback_duration (%.3f s)%s",
             loop,
+            _callbacks_text(count),
             duration,
             loop.slow_callback_duration,
             (
@@ -112,6 +139,22 @@ class MetricsRecorder:
         )
         if opens:
             self._open_window(now)
+
+    def _record_stretch(self, duration: float, count: int) -> None:
+        """A record of a slow stretch of several callbacks, none of them named:
+        how many ran is what is known without a clock read per callback."""
+        loop = self._loop
+        record = SlowCallback(
+            duration=duration,
+            task_name=None,
+            coro_qualname=None,
+            segment=None,
+            callback_label=_callbacks_text(count),
+            iteration=loop._counters.iterations,
+            wall_time=time.time(),
+        )
+        self._ring.append(record)
+        loop._emit_slow_callback(record)
 
     def _open_window(self, now: float) -> None:
         self._window_opened = now
@@ -164,17 +207,22 @@ class MetricsRecorder:
             "" if task is None else f", in a step of task {task.get_name()!r}",
         )
 
-    def record(self, entry: Any, duration: float, task: Any, start: Any) -> SlowCallback:
+    def record(
+        self, entry: Any, duration: float, task: Any, start: Any, among: int = 1
+    ) -> SlowCallback:
         """Record a slow callback: ``entry`` as the ready queue held it, the
         ``task`` it stepped (or None) and ``start``, where that task stood
-        before the step (a ``suspension_of`` reading)."""
+        before the step (a ``suspension_of`` reading, None when not read).
+        ``among`` > 1: ``duration`` is that of a stretch of that many
+        callbacks, of which this was the last."""
         from .._insight.steps import (
             callback_label,
             callback_of,
             coro_qualname,
             place_of,
             place_text,
-            where_suspended,
+            step_start,
+            suspension_after_step,
         )
 
         callback = callback_of(entry)
@@ -189,9 +237,17 @@ class MetricsRecorder:
                 name = None
             qualname = coro_qualname(task)
             # None once the step finished the task: its frame is gone.
-            end = where_suspended(task)
-            segment = f"{place_text(place_of(start))} → {place_text(end)}"
+            after = suspension_after_step(task)
+            end = place_of(after)
+            if start is None:
+                # Not read before the step: where the code says it began.
+                began = step_start(after)
+                segment = f"{place_text(began)} → {place_text(end)}"
+            else:
+                segment = f"{place_text(place_of(start))} → {place_text(end)}"
             label = f"step of {name!r}" if name else "task step"
+        if among > 1:
+            label = f"{label}, the last of {among} callbacks in the stretch"
         record = SlowCallback(
             duration=duration,
             task_name=name,
@@ -215,3 +271,9 @@ class MetricsRecorder:
                 )
         loop._emit_slow_callback(record)
         return record
+
+
+def _callbacks_text(count: int) -> str:
+    if count <= 0:
+        return "the loop's own work (no callback ran)"
+    return "1 callback" if count == 1 else f"{count} callbacks"
