@@ -149,6 +149,7 @@ cdef class CoreLoop:
         fired=Py_ssize_t,
         ready_peak=Py_ssize_t,
         mark=Py_ssize_t,
+        timer_mark=Py_ssize_t,
     )
     cpdef _run_iterations(self, once)
 

@@ -1194,6 +1194,9 @@ class CoreLoop:
         # ``handle`` (every way a callback runs leaves it there): a slow stretch of
         # one callback is that one's, and of several, it is the one known.
         mark = 0
+        # ``fired`` at the last clock read: how many of a stretch's callbacks
+        # were timers.
+        timer_mark = 0
         slow = self.slow_callback_duration
         flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
         coarse_margin = _COARSE_TICKS_OF_MARGIN * _COARSE_STEP
@@ -1262,11 +1265,17 @@ class CoreLoop:
                         t = last_read
                     if t - flushed_at > flush_gap:
                         if t - last_read > slow:
-                            self._slow_stretch(t - last_read, ran + ran_io + lone - mark, handle)
+                            self._slow_stretch(
+                                t - last_read,
+                                ran + ran_io + lone - mark,
+                                fired - timer_mark,
+                                handle,
+                            )
                             # Ended: a poll that does not wait leaves the
                             # stretch to step 4, which would count it again.
                             last_read = t
                             mark = ran + ran_io + lone
+                            timer_mark = fired
                         # The totals are published here at most every
                         # FLUSH_AFTER seconds: every time would cost a server
                         # answering one request per iteration several percent.
@@ -1286,6 +1295,7 @@ class CoreLoop:
                         )
                         limit = countdown
                         mark -= ran + ran_io + lone
+                        timer_mark -= fired
                         polls = ran = ran_io = lone = nevents = backlog = fired = ready_peak = 0
                         idle = 0.0
                         lags = []
@@ -1312,6 +1322,7 @@ class CoreLoop:
                             events = self._poll(timeout)
                             last_read = monotonic_seconds() if c_clock else now()
                             mark = ran + ran_io + lone
+                            timer_mark = fired
                             counters.wait_ended = last_read
                             idle += last_read - t
                         else:
@@ -1325,6 +1336,7 @@ class CoreLoop:
                             events = self._block_forever()
                         last_read = monotonic_seconds() if c_clock else now()
                         mark = ran + ran_io + lone
+                        timer_mark = fired
                         counters.wait_ended = last_read
                         idle += last_read - t
                     elif readers or writers or self._block_forever is None:
@@ -1396,6 +1408,7 @@ class CoreLoop:
                                     )
                                     countdown = limit = _FLUSH_EVERY
                                     mark -= ran + ran_io + lone
+                                    timer_mark -= fired
                                     polls = ran = ran_io = lone = nevents = backlog = 0
                                     fired = ready_peak = 0
                                     idle = 0.0
@@ -1503,11 +1516,15 @@ class CoreLoop:
                             else:
                                 if coarse - last_read > slow:
                                     self._slow_stretch(
-                                        coarse - last_read, ran + ran_io + lone - mark, handle
+                                        coarse - last_read,
+                                        ran + ran_io + lone - mark,
+                                        fired - timer_mark,
+                                        handle,
                                     )
                                 skip_run = _COARSE_SKIPS
                                 last_read = coarse
                                 mark = ran + ran_io + lone
+                                timer_mark = fired
                         else:
                             # The skips end at the first timer that may be
                             # due: their floor was set from a reading now past.
@@ -1516,10 +1533,14 @@ class CoreLoop:
                             t = monotonic_seconds() if c_clock else now()
                             if t - last_read > slow:
                                 self._slow_stretch(
-                                    t - last_read, ran + ran_io + lone - mark, handle
+                                    t - last_read,
+                                    ran + ran_io + lone - mark,
+                                    fired - timer_mark,
+                                    handle,
                                 )
                             last_read = t
                             mark = ran + ran_io + lone
+                            timer_mark = fired
                             # Read each time: timer_delay's seam changes it while the loop runs.
                             end_time = t + self._clock_resolution
                             deadline = _first_deadline(scheduled)
@@ -1532,9 +1553,15 @@ class CoreLoop:
                     else:
                         t = now()
                         if t - last_read > slow:
-                            self._slow_stretch(t - last_read, ran + ran_io + lone - mark, handle)
+                            self._slow_stretch(
+                                t - last_read,
+                                ran + ran_io + lone - mark,
+                                fired - timer_mark,
+                                handle,
+                            )
                         last_read = t
                         mark = ran + ran_io + lone
+                        timer_mark = fired
                         end_time = t + self._clock_resolution
                         when = scheduled[0]
                         if when < end_time:
@@ -1633,10 +1660,14 @@ class CoreLoop:
                             if t - last_read > slow:
                                 # The ntodo left have not run yet.
                                 self._slow_stretch(
-                                    t - last_read, ran + ran_io + lone - mark - ntodo, None
+                                    t - last_read,
+                                    ran + ran_io + lone - mark - ntodo,
+                                    fired - timer_mark,
+                                    None,
                                 )
                             last_read = t
                             mark = ran + ran_io + lone - ntodo
+                            timer_mark = fired
                     if ntodo:
                         handle = self._run_ready(ntodo, ready)
                         ntodo = 0
@@ -1682,6 +1713,7 @@ class CoreLoop:
                     )
                     countdown = limit = _FLUSH_EVERY
                     mark -= ran + ran_io + lone
+                    timer_mark -= fired
                     polls = ran = ran_io = lone = nevents = backlog = fired = ready_peak = 0
                     idle = 0.0
                     lags = []
@@ -1694,7 +1726,9 @@ class CoreLoop:
                 # a stretch of its own.  One read a run, not an iteration.
                 t = monotonic_seconds() if c_clock else now()
                 if t - last_read > slow:
-                    self._slow_stretch(t - last_read, ran + ran_io + lone - mark, handle)
+                    self._slow_stretch(
+                        t - last_read, ran + ran_io + lone - mark, fired - timer_mark, handle
+                    )
             # A traceback that passed through this frame keeps its locals
             # alive after the return: drop the last callback's handle.
             handle = io_handle = None
@@ -1868,10 +1902,11 @@ class CoreLoop:
             if _first_deadline(scheduled) >= end_time:
                 return
 
-    def _slow_stretch(self, duration, count, last):
-        """The ``count`` callbacks between two clock reads ran ``duration``
-        seconds; ``last`` is the entry (a plain tuple or a Handle) of the last
-        of them, or None where the run loop did not keep it."""
+    def _slow_stretch(self, duration, count, timers, last):
+        """The ``count`` callbacks between two clock reads, ``timers`` of them
+        timers, ran ``duration`` seconds; ``last`` is the entry (a plain tuple
+        or a Handle) of the last of them, or None where the run loop did not
+        keep it."""
         if self._time_is_replaced():  # type: ignore[attr-defined]  # Loop's (contract)
             # Read from what replaced ``time``: a test that moves it has not
             # made a callback slow.
@@ -1879,7 +1914,7 @@ class CoreLoop:
         self._counters.slow_iterations += 1
         on_slow = self._on_slow_stretch
         if on_slow is not None:
-            on_slow(duration, count, last if count else None)
+            on_slow(duration, count, timers, last if count else None)
 
     @cython.locals(timer=TimerHandle)
     def _drop_cancelled_timers_at_top(self):

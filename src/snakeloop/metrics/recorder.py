@@ -2,17 +2,20 @@
 
 The run loop hands over two things (``_core.runloop``):
 
-- ``on_slow_stretch(duration, count, last)``: the stretch between two of
-  its clock reads ran ``count`` callbacks and lasted longer than
-  ``slow_callback_duration``.  When it ran one (``last``, the usual case:
-  a task step that blocked, in an iteration of its own), that one is
-  recorded at once, with its task and the line where the task stands now;
-  where it stood before the step was not read (that would cost every step
-  a frame walk).  Of several, only how many ran is known: a record says
-  so, and the loop then times every callback for ``WINDOW`` seconds (a
-  timing window, at most one every ``WINDOW_EVERY`` seconds, so its cost
-  stays under 1% of the time), and any slow one in the window is recorded
-  with its task and lines;
+- ``on_slow_stretch(duration, count, timers, last)``: the stretch between
+  two of its clock reads ran ``count`` callbacks (``timers`` of them timers,
+  ``last`` the last one) and lasted longer than ``slow_callback_duration``.
+  When it ran one, that one is recorded at once.  When it ran timers and
+  then one task step (an ``asyncio.sleep`` timer waking the task that then
+  blocked: the common shape), the step is recorded, with the timers
+  counted in its label.  A task's record gives the line where it stands
+  now and the line where the step began as its code tells it
+  (``_insight.resumes``): where it stood was not read before the step,
+  which would cost every step a frame walk.  Of any other stretch only how
+  many callbacks ran is known: a record says so, and the loop then times
+  every callback for ``WINDOW`` seconds (a timing window, at most one
+  every ``WINDOW_EVERY`` seconds, so its cost stays under 1% of the time),
+  and any slow one in the window is recorded with its task and lines;
 - with the window open (or in ``"exact"`` mode), each slow callback from
   the observer (``snakeloop.observing``) through ``record``.
 
@@ -81,10 +84,12 @@ class MetricsRecorder:
         """Whether every callback is timed at loop time ``now``."""
         return self.exact or now < self._window_until
 
-    def on_slow_stretch(self, duration: float, count: int = 0, last: Any = None) -> None:
-        """The ``count`` callbacks between two of the run loop's clock reads ran
-        ``duration`` seconds; ``last`` is the entry of the last of them, when
-        the run loop kept it (None otherwise)."""
+    def on_slow_stretch(
+        self, duration: float, count: int = 0, timers: int = 0, last: Any = None
+    ) -> None:
+        """The ``count`` callbacks between two of the run loop's clock reads,
+        ``timers`` of them timers, ran ``duration`` seconds; ``last`` is the
+        entry of the last of them, when the run loop kept it (None otherwise)."""
         loop = self._loop
         # The loop's own clock: the windows are stretches of real (or virtual)
         # time, whatever replaced loop.time.
@@ -96,17 +101,17 @@ class MetricsRecorder:
             from .._insight.steps import task_stepped_in
 
             task = task_stepped_in(last)
-        if count == 1 and last is not None:
-            # One callback held the loop: it is the slow one, known without
-            # timing anything.
-            self.record(last, duration, task, None)
-            return
-        if task is not None:
-            # Several ran, the last a task step: the likeliest culprit (a step
-            # that blocked, and the quick callbacks that led to it), recorded as
-            # that, with how many ran; the window below finds the slow one for
-            # sure the next time.
-            self.record(last, duration, task, None, count)
+            if count == 1:
+                # One callback held the loop: it is the slow one, known without
+                # timing anything.
+                self.record(last, duration, task, None)
+                return
+        if task is not None and count - timers == 1:
+            # Timers, then one task step: the timer that woke the task (an
+            # asyncio.sleep's) and the step, its usual shape.  The step is
+            # named, with the timers that ran before it counted; a timer may
+            # have been the slow one, so the window below opens all the same.
+            self.record(last, duration, task, None, timers)
         else:
             self._record_stretch(duration, count)
         opens = now - self._window_opened >= WINDOW_EVERY
@@ -208,13 +213,13 @@ class MetricsRecorder:
         )
 
     def record(
-        self, entry: Any, duration: float, task: Any, start: Any, among: int = 1
+        self, entry: Any, duration: float, task: Any, start: Any, timers: int = 0
     ) -> SlowCallback:
         """Record a slow callback: ``entry`` as the ready queue held it, the
         ``task`` it stepped (or None) and ``start``, where that task stood
         before the step (a ``suspension_of`` reading, None when not read).
-        ``among`` > 1: ``duration`` is that of a stretch of that many
-        callbacks, of which this was the last."""
+        ``timers``: ``duration`` is that of a stretch in which that many
+        timers ran before this callback."""
         from .._insight.steps import (
             callback_label,
             callback_of,
@@ -246,8 +251,8 @@ class MetricsRecorder:
             else:
                 segment = f"{place_text(place_of(start))} → {place_text(end)}"
             label = f"step of {name!r}" if name else "task step"
-        if among > 1:
-            label = f"{label}, the last of {among} callbacks in the stretch"
+        if timers:
+            label = f"{label}, after {_timers_text(timers)} in the same stretch"
         record = SlowCallback(
             duration=duration,
             task_name=name,
@@ -277,3 +282,7 @@ def _callbacks_text(count: int) -> str:
     if count <= 0:
         return "the loop's own work (no callback ran)"
     return "1 callback" if count == 1 else f"{count} callbacks"
+
+
+def _timers_text(count: int) -> str:
+    return "1 timer" if count == 1 else f"{count} timers"
