@@ -733,6 +733,16 @@ _freeze = getattr(gc, "freeze", lambda: None)
 _unfreeze = getattr(gc, "unfreeze", lambda: None)
 
 
+def machine_examples(count: int) -> int:
+    """How many examples a default run of a machine whose rules call gc.collect() takes.
+
+    ``count`` where gc.freeze() keeps each collection to the example's own objects; a
+    third of it elsewhere (PyPy), where each collection walks the whole heap of the
+    suite and the machine took most of its 3-minute limit in a full run.
+    """
+    return count if hasattr(gc, "freeze") else max(1, count // 3)
+
+
 def run_machine(machine: type, settings: Any) -> None:
     """run_state_machine_as_test(), keeping the per-example gc passes cheap.
 

@@ -19,6 +19,7 @@ from _loopkit import (
     FrozenHeapMixin,
     close_loop,
     future_class,
+    machine_examples,
     new_loop,
     run_machine,
     run_once,
@@ -280,7 +281,7 @@ FAST = settings(
     derandomize=True,
     database=None,
     deadline=None,
-    max_examples=120,
+    max_examples=machine_examples(120),
     stateful_step_count=35,
 )
 
