@@ -19,13 +19,16 @@ Bytecode facts relied on (CPython 3.11 to 3.15): a coroutine suspends at a
 ``YIELD_VALUE`` being where a suspended frame's ``f_lasti`` points, or
 next to it: 3.13 points at the ``RESUME`` after it); its first step resumes just after
 ``RETURN_GENERATOR``; ``dis`` gives each jump's target as ``argval`` and the
-exception table as ``Bytecode.exception_entries``.  Where the code is not of
-that shape (PyPy's bytecode, say), nothing is named.
+exception table as ``Bytecode.exception_entries``.  PyPy 3.11's bytecode has
+an ``await`` as one ``YIELD_FROM``, where ``f_lasti`` stays, and no
+``RETURN_GENERATOR``: its first step begins at offset 0.  Where the code is of
+neither shape, nothing is named.
 """
 
 from __future__ import annotations
 
 import dis
+import inspect
 from functools import lru_cache
 from typing import Any
 
@@ -48,6 +51,10 @@ _NO_FALLTHROUGH = frozenset(
     }
 )
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+# Where a frame suspends: CPython's await is a SEND loop around a YIELD_VALUE, PyPy's
+# (as CPython's before 3.11) one YIELD_FROM that stays put while the awaited code runs.
+_YIELDS = frozenset({"YIELD_VALUE", "YIELD_FROM"})
+_SUSPENDS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
 def step_start(suspension: list[Any] | None, line_at: Any) -> tuple[Any, int] | None:
@@ -126,7 +133,7 @@ def _starts(code: Any, lasti: int) -> tuple[int, ...] | None:
 
     def reach(p: int) -> None:
         ins = instructions[p]
-        if ins.opname == "YIELD_VALUE":
+        if ins.opname in _YIELDS:
             starts.add(ins.offset)
         elif ins.opname == "RETURN_GENERATOR":
             starts.add(_ENTRY)
@@ -150,8 +157,13 @@ def _starts(code: Any, lasti: int) -> tuple[int, ...] | None:
             if is_send and p < i:
                 continue  # an await on the way suspended: out of its loop only
             reach(p)
-    if 0 in seen or not starts:
-        return None  # reached without a yield or the generator's start: not the shape known
+    if 0 in seen:
+        if instructions[0].opname == "RETURN_GENERATOR" or not code.co_flags & _SUSPENDS:
+            return None  # reached without a yield or the generator's start: not the shape known
+        # No RETURN_GENERATOR (PyPy): the first instruction is where a first step begins.
+        starts.add(_ENTRY)
+    if not starts:
+        return None
     if len(starts) > 1:
         # The coroutine's first step is one of many, and the way from its start
         # often runs only through an exception no line raised (any instruction
@@ -167,6 +179,6 @@ def _yield_at(instructions: list[Any], at: dict[int, int], lasti: int) -> int | 
         return None
     # At the yield itself, or (3.13+) at the RESUME after it, or one before it.
     for j in (i, i - 1, i + 1):
-        if 0 <= j < len(instructions) and instructions[j].opname == "YIELD_VALUE":
+        if 0 <= j < len(instructions) and instructions[j].opname in _YIELDS:
             return j
     return None
