@@ -1374,6 +1374,9 @@ class CoreLoop:
                             if io_handle is not None and not io_handle._cancelled:
                                 # One event, one I/O callback run.
                                 lone += 1
+                                # Kept from now: the last callback's entry goes as the
+                                # next one starts, as popleft() drops it below.
+                                handle = io_handle
                                 try:
                                     if compiled:
                                         _run_live_handle(io_handle)
@@ -1387,7 +1390,6 @@ class CoreLoop:
                                     raise
                                 except BaseException as exc:
                                     io_handle._report(exc)
-                                handle = io_handle
                                 io_handle = None
                                 countdown -= 1
                                 if not countdown:
@@ -1622,6 +1624,7 @@ class CoreLoop:
                     # are this iteration's timers and signal handlers only (what
                     # the batch schedules lands behind them, for the next one).
                     ran_io += len(batch)
+                    handle = None
                     for io_handle in batch:
                         if io_handle._cancelled:
                             continue
@@ -1652,6 +1655,10 @@ class CoreLoop:
                     # every callback is timed to find the slow one.  The
                     # interpreted build reads its clock once per iteration: a
                     # read there is a Python call.
+                    if ntodo:
+                        # The last callback's entry goes before the next one runs,
+                        # as popleft() drops it in the interpreted loop below.
+                        handle = None
                     if c_clock:
                         while ntodo > _STRETCH_CALLBACKS:
                             self._run_ready(_STRETCH_CALLBACKS, ready)
