@@ -37,6 +37,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED_MODULES = [
     "snakeloop._core.handles",
     "snakeloop._core.futures",
+    "snakeloop._core.timerheap",
     "snakeloop._core.runloop",
     "snakeloop._core.counters",
     "snakeloop.transports.socketbase",

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPILED_MODULES = [
     "snakeloop._core.handles",
     "snakeloop._core.futures",
+    "snakeloop._core.timerheap",
     "snakeloop._core.runloop",
     "snakeloop._core.counters",
     "snakeloop.transports.socketbase",

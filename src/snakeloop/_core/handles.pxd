@@ -15,7 +15,7 @@ cdef class Handle:
 cdef class TimerHandle(Handle):
     cdef public bint _scheduled
     cdef public object _when
-    # Compiled only: the run loop's heap order (see runloop._earlier).
+    # Compiled only: the run loop's heap order (see timerheap.earlier).
     cdef readonly double _deadline
     cdef readonly long long _seq
     # Compiled only: its place in the heap while _scheduled (runloop._heap_remove).

@@ -72,6 +72,14 @@ cdef extern from *:
     double coarse_seconds "snakeloop_coarse_seconds" () nogil
     double coarse_step "snakeloop_coarse_step" () nogil
 from snakeloop._core.handles cimport Handle, TimerHandle
+from snakeloop._core.timerheap cimport (
+    deadline_of,
+    heap_remove,
+    heapify,
+    heappop,
+    heappush,
+    index_heap,
+)
 from snakeloop._core.epollwait cimport snakeloop_epoll_events, epoll_wait_list
 from snakeloop._core.readyqueue cimport learn_deque, queue_append, queue_popleft
 
@@ -201,34 +209,8 @@ cdef Py_ssize_t _COARSE_SKIPS
 cdef Py_ssize_t _COARSE_SKIPS_MAX
 cdef double _COARSE_SKIP_HEADROOM
 
-@cython.locals(deadline=double)
-cdef double _deadline_of(object when) except? -1.0
-
-@cython.locals(x=double, y=double)
-cdef inline bint _earlier(TimerHandle a, TimerHandle b) except -1
-
 @cython.locals(timer=TimerHandle)
 cdef inline double _first_deadline(list scheduled) noexcept
-
-cdef _heappush(list heap, TimerHandle item)
-
-@cython.locals(parent_pos=Py_ssize_t, parent=TimerHandle)
-cdef _sift_up(list heap, Py_ssize_t pos, TimerHandle item)
-
-@cython.locals(child=Py_ssize_t, right=Py_ssize_t, smaller=TimerHandle, other=TimerHandle)
-cdef _sift_down(list heap, Py_ssize_t pos, Py_ssize_t n, TimerHandle item)
-
-@cython.locals(n=Py_ssize_t, first=TimerHandle, last=TimerHandle)
-cdef TimerHandle _heappop(list heap)
-
-@cython.locals(n=Py_ssize_t, pos=Py_ssize_t, timer=TimerHandle)
-cdef _index_heap(list heap)
-
-@cython.locals(n=Py_ssize_t, pos=Py_ssize_t)
-cdef _heapify(list heap)
-
-@cython.locals(pos=Py_ssize_t, last=TimerHandle)
-cdef _heap_remove(list heap, TimerHandle timer)
 
 
 cdef class TimeAttribute:

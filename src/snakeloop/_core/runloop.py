@@ -9,7 +9,7 @@ One iteration (``_run_once``) is:
 
 1. drop cancelled timers from the top of the heap, or rebuild the heap when
    more than half of it is cancelled (interpreted: compiled, ``cancel()``
-   takes a timer out of the heap at once, see ``_heap_remove``);
+   takes a timer out of the heap at once, see ``timerheap.heap_remove``);
 2. choose the poll timeout: 0 if callbacks are ready or the loop is
    stopping, else the time to the earliest timer, else block;
 3. poll the OS and queue the callbacks of the ready fds.  When callbacks are
@@ -47,7 +47,7 @@ referenced handles (asyncio's TimerHandles with a Python ``__lt__``, or
 comparison or one more object per timer for the collector to track.
 Compiled, a comparison of two handles costs two C loads, so the heap holds
 the TimerHandles themselves, ordered by ``_deadline`` and then ``_seq`` (see
-``_earlier``), and ``_timers`` stays empty: hashing a float deadline for the
+``timerheap.earlier``), and ``_timers`` stays empty: hashing a float deadline for the
 table cost more than the heap.  Outside this module, the heap is read
 through ``_pending_timers()`` and the methods beside it.
 
@@ -139,6 +139,9 @@ if not cython.compiled:
         queue_popleft,
     )
 
+    # The compiled build cimports these (runloop.pxd).
+    from .timerheap import deadline_of, heap_remove, heapify, heappop, heappush, index_heap
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextvars import Context
@@ -164,7 +167,6 @@ _MIN_TIMERS_TO_COMPACT = 100
 # Compiled, a long batch of callbacks is timed in stretches of this many (see
 # step 5 of _run_iterations).
 _STRETCH_CALLBACKS = 64
-_INF = float("inf")
 # The default of create_task's keywords in the compiled build: one that was not given is
 # not passed on to a task factory (3.14's create_task forwards exactly what it got).
 _OMITTED = object()
@@ -213,7 +215,6 @@ _COARSE_TICKS_PER_SLOW = 10.0
 _COARSE_SKIPS = 7
 _COARSE_SKIPS_MAX = 63
 _COARSE_SKIP_HEADROOM = 1.0
-_NAN = float("nan")
 _MAX_CANCELLED_FRACTION = 0.5
 
 # The backends' readiness bits (snakeloop._io._events; the core does not
@@ -230,52 +231,7 @@ if cython.compiled:
     learn_deque(collections.deque)
 
 
-# The timer heap.  Interpreted, it holds deadlines (see the module docstring)
-# and heapq's own push and pop (C) keep it.  Compiled, it holds the
-# TimerHandles themselves, ordered by two C fields that _push_timer sets:
-# ``_deadline``, the deadline as a double, then ``_seq``, the order in which
-# timers of one deadline fire.  A comparison is then two loads, with no
-# float object to hash and no table beside the heap.
-def _deadline_of(when):
-    """``when`` as a double that orders as ``when`` does (compiled only).
-
-    Rounding to the nearest double never inverts two numbers, so deadlines
-    whose doubles differ are ordered by them; those whose doubles are equal
-    are ordered by ``_earlier``.  An int beyond the doubles' range is an
-    infinity of its sign; what is not a number is NaN, which no deadline is
-    before or after, so ``_earlier`` compares the objects themselves and
-    raises asyncio's TypeError.
-    """
-    try:
-        deadline = when
-    except OverflowError:
-        deadline = _INF if when > 0 else -_INF
-    except TypeError:
-        deadline = _NAN
-    return deadline
-
-
-def _earlier(a, b):
-    """Whether timer ``a`` fires before timer ``b`` (compiled only)."""
-    x = a._deadline
-    y = b._deadline
-    if x < y:
-        return True
-    if y < x:
-        return False
-    a_when = a._when
-    b_when = b._when
-    if type(a_when) is not float or type(b_when) is not float:
-        # Equal doubles, or NaN: ints or Fractions may still differ.  The
-        # locals hold the numbers while their comparison runs (it may be
-        # Python code that changes the timers).
-        if a_when < b_when:
-            return True
-        if b_when < a_when:
-            return False
-    return a._seq < b._seq
-
-
+# The earliest deadline, read in the run loop (the heap is timerheap's).
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def _first_deadline(scheduled):
@@ -288,106 +244,6 @@ def _first_deadline(scheduled):
     """
     timer = cython.cast(TimerHandle, scheduled[0], typecheck=False)
     return timer._deadline
-
-
-def _heappush(heap, item):
-    """``heapq.heappush``, for timers: ``item`` goes up from the end to its place."""
-    heap.append(item)
-    _sift_up(heap, len(heap) - 1, item)
-
-
-# Compiled, every timer in the heap knows its place (``_heap_index``), so that
-# cancel() can take it out at once (_heap_remove): each function below that
-# moves a timer writes its new place.
-def _sift_up(heap, pos, item):
-    """Put ``item`` at ``pos`` or above it."""
-    while pos > 0:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _earlier(item, parent):
-            break
-        heap[pos] = parent
-        parent._heap_index = pos
-        pos = parent_pos
-    heap[pos] = item
-    item._heap_index = pos
-
-
-def _sift_down(heap, pos, n, item):
-    """Put ``item`` at ``pos`` or below it, among the first ``n`` entries."""
-    child = 2 * pos + 1
-    while child < n:
-        right = child + 1
-        smaller = heap[child]
-        if right < n:
-            other = heap[right]
-            if _earlier(other, smaller):
-                child = right
-                smaller = other
-        if not _earlier(smaller, item):
-            break
-        heap[pos] = smaller
-        smaller._heap_index = pos
-        pos = child
-        child = 2 * pos + 1
-    heap[pos] = item
-    item._heap_index = pos
-
-
-def _heappop(heap):
-    """``heapq.heappop``, for timers: the last item goes down from the top to its place."""
-    last = heap.pop()
-    n = len(heap)
-    if not n:
-        return last
-    first = heap[0]
-    _sift_down(heap, 0, n, last)
-    return first
-
-
-def _index_heap(heap):
-    """Tell every timer of a rebuilt heap its place (compiled only)."""
-    n = len(heap)
-    pos = 0
-    while pos < n:
-        timer = heap[pos]
-        timer._heap_index = pos
-        pos += 1
-
-
-def _heapify(heap):
-    """``heapq.heapify``, for timers."""
-    _index_heap(heap)
-    n = len(heap)
-    pos = n // 2 - 1
-    while pos >= 0:
-        _sift_down(heap, pos, n, heap[pos])
-        pos -= 1
-
-
-def _heap_remove(heap, timer):
-    """Take ``timer`` out of the heap, wherever it is: the last entry fills its place.
-
-    Compiled only.
-    """
-    pos = timer._heap_index
-    if pos >= len(heap) or heap[pos] is not timer:
-        raise RuntimeError(
-            f"snakeloop internal error: {timer!r} is not at its place in the timer heap"
-        )
-    last = heap.pop()
-    if last is timer:
-        return
-    if pos > 0 and _earlier(last, heap[(pos - 1) >> 1]):
-        _sift_up(heap, pos, last)
-    else:
-        _sift_down(heap, pos, len(heap), last)
-
-
-if not cython.compiled:
-    _heappush = heapq.heappush  # noqa: F811
-    _heappop = heapq.heappop  # noqa: F811
-    _heapify = heapq.heapify  # noqa: F811
 
 
 def plain_queue(loop: Any) -> collections.deque[Any] | None:
@@ -668,7 +524,7 @@ class CoreLoop:
         self._scheduled = []
         self._timers = {}
         self._timer_cancelled_count = 0
-        # Compiled: the next timer's ``_seq`` (see _earlier).
+        # Compiled: the next timer's ``_seq`` (see timerheap.earlier).
         self._timer_seq = 0
         # None, or the seeded loop's choice of a new timer's place among the
         # others of its deadline (``count -> place``; see _place_tied_timer).
@@ -989,13 +845,13 @@ class CoreLoop:
             if timer._source_traceback:
                 shorten_source_traceback(timer._source_traceback, hidden)
             # C fields of the compiled TimerHandle only.
-            timer._deadline = _deadline_of(when)  # type: ignore[attr-defined]
+            timer._deadline = deadline_of(when)  # type: ignore[attr-defined]
             if self._timer_ties is None:
                 timer._seq = self._timer_seq  # type: ignore[attr-defined]
                 self._timer_seq += 1
             else:
                 self._order_tie(timer)
-            _heappush(self._scheduled, timer)
+            heappush(self._scheduled, timer)
             timer._scheduled = True
             return timer
 
@@ -1030,7 +886,7 @@ class CoreLoop:
             entry = timers.get(when)
             if entry is None:
                 timers[when] = timer
-                _heappush(self._scheduled, when)
+                heappush(self._scheduled, when)
             elif type(entry) is list:
                 entry.append(timer)
                 if self._timer_ties is not None:
@@ -1057,7 +913,7 @@ class CoreLoop:
         if cython.compiled and type(handle) is TimerHandle:
             timer = handle
             if timer._scheduled:
-                _heap_remove(self._scheduled, timer)
+                heap_remove(self._scheduled, timer)
                 timer._scheduled = False
                 if self._tie_index is not None:
                     self._untie(timer)
@@ -1571,7 +1427,7 @@ class CoreLoop:
                             timers = self._timers
                             fired -= len(ready)
                             while True:
-                                _heappop(scheduled)
+                                heappop(scheduled)
                                 entry = timers.pop(when)
                                 # A cancelled handle can come due here: step 1 drops
                                 # only the earliest, and a cancel can come after it.  It
@@ -1896,7 +1752,7 @@ class CoreLoop:
         scheduled = self._scheduled
         ready = self._ready
         while True:
-            timer = _heappop(scheduled)
+            timer = heappop(scheduled)
             timer._scheduled = False
             if self._tie_index is not None:
                 self._untie(timer)
@@ -1932,7 +1788,7 @@ class CoreLoop:
                 timer = scheduled[0]
                 if not timer._cancelled:
                     return
-                _heappop(scheduled)
+                heappop(scheduled)
                 timer._scheduled = False
                 self._timer_cancelled_count -= 1
             return
@@ -1955,7 +1811,7 @@ class CoreLoop:
                     return
                 entry._scheduled = False
                 self._timer_cancelled_count -= 1
-            _heappop(scheduled)
+            heappop(scheduled)
             del timers[when]
 
     def _compact_timers(self):
@@ -1979,7 +1835,7 @@ class CoreLoop:
                     kept[k] = timer
                     k += 1
             del kept[k:]
-            _heapify(kept)
+            heapify(kept)
             self._timer_cancelled_count = 0
             return kept
         kept = []
@@ -2010,7 +1866,7 @@ class CoreLoop:
         return kept
 
     # -- the timer table, for the rest of the loop -------------------------------
-    # The two builds keep timers differently (see _earlier); these are the
+    # The two builds keep timers differently (see timerheap.earlier); these are the
     # only ways in for code outside the run loop.
 
     @cython.locals(timer=TimerHandle)
@@ -2080,11 +1936,11 @@ class CoreLoop:
             ordered = sorted(self._scheduled, key=_firing_order)
             for timer in ordered:
                 timer._when = timer._when + delta
-                timer._deadline = _deadline_of(timer._when)
+                timer._deadline = deadline_of(timer._when)
                 timer._seq = self._timer_seq
                 self._timer_seq += 1
             # Still sorted, so still a heap.
-            _index_heap(ordered)
+            index_heap(ordered)
             self._scheduled = ordered
             if self._tie_index is not None:
                 self._tie_index = {}
@@ -2216,7 +2072,7 @@ def _any_scheduled(timers: list[Any]) -> bool:
 
 
 def _firing_order(timer: Any) -> Any:
-    """A sort key of compiled timers: the heap's order (see _earlier)."""
+    """A sort key of compiled timers: the heap's order (see timerheap.earlier)."""
     return (timer._deadline, timer._when, timer._seq)
 
 
