@@ -289,7 +289,8 @@ def _locations(loops: list[str], revision: str | None) -> dict[str, str]:
         directory = baseline.extract(revision)
         where["baseline-pure"] = str(directory)
         if "baseline-compiled" in loops:
-            built = compiled.build(directory / baseline.PACKAGE)
+            # By the revision's own setup.py: its list of compiled modules is its own.
+            built = compiled.build(directory / baseline.PACKAGE, setup=directory / "setup.py")
             where["baseline-compiled"] = str(built)
     return where
 
