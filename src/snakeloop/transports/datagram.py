@@ -31,6 +31,7 @@ OS facts this module relies on:
 
 from __future__ import annotations
 
+import collections
 import logging
 import socket
 import sys
@@ -314,7 +315,10 @@ class DatagramSocketTransport(SocketTransportBase):
     def _queue(self, data, addr):
         """Queue a datagram that cannot go now, behind those already queued."""
         # A private copy: the caller may reuse a mutable buffer.
-        self._buffer.append((bytes(data), addr))
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = buffer = collections.deque()
+        buffer.append((bytes(data), addr))
         self._buffer_size += len(data) + _HEADER_SIZE
         self._maybe_pause_protocol()
 
