@@ -20,7 +20,9 @@ import pytest
 from _streamkit import drain_nonblocking, tcp_pair
 
 
-class Keeper(asyncio.Protocol):
+class Keeper(asyncio.Protocol, asyncio.DatagramProtocol):
+    """Keeps its transport, and tells when the connection is lost (streams and datagrams)."""
+
     def connection_made(self, transport):
         self.transport = transport
         self.lost = asyncio.get_running_loop().create_future()
@@ -77,15 +79,6 @@ def test_a_write_that_waits_makes_the_buffer_and_every_byte_arrives(loop):
         loop.run_until_complete(main())
 
 
-class DatagramKeeper(asyncio.DatagramProtocol):
-    def connection_made(self, transport):
-        self.transport = transport
-        self.lost = asyncio.get_running_loop().create_future()
-
-    def connection_lost(self, exc):
-        self.lost.set_result(exc)
-
-
 @pytest.mark.parametrize("connected", [True, False], ids=["connected", "unconnected"])
 def test_an_idle_datagram_transport_holds_no_write_buffer(loop, connected):
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -96,7 +89,7 @@ def test_an_idle_datagram_transport_holds_no_write_buffer(loop, connected):
 
         async def main():
             transport, protocol = await loop.create_datagram_endpoint(
-                DatagramKeeper,
+                Keeper,
                 local_addr=("127.0.0.1", 0),
                 remote_addr=address if connected else None,
             )

@@ -18,7 +18,7 @@ cdef class TimerHandle(Handle):
     # Compiled only: the run loop's heap order (see timerheap.earlier).
     cdef readonly double _deadline
     cdef readonly long long _seq
-    # Compiled only: its place in the heap while _scheduled (runloop._heap_remove).
+    # Compiled only: its place in the heap while _scheduled (timerheap.heap_remove).
     cdef readonly Py_ssize_t _heap_index
 
 

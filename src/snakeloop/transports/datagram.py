@@ -31,7 +31,6 @@ OS facts this module relies on:
 
 from __future__ import annotations
 
-import collections
 import logging
 import socket
 import sys
@@ -315,10 +314,7 @@ class DatagramSocketTransport(SocketTransportBase):
     def _queue(self, data, addr):
         """Queue a datagram that cannot go now, behind those already queued."""
         # A private copy: the caller may reuse a mutable buffer.
-        buffer = self._buffer
-        if buffer is None:
-            self._buffer = buffer = collections.deque()
-        buffer.append((bytes(data), addr))
+        self._queue_buffer().append((bytes(data), addr))
         self._buffer_size += len(data) + _HEADER_SIZE
         self._maybe_pause_protocol()
 

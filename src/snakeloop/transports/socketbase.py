@@ -174,6 +174,13 @@ class SocketTransportBase:
     def __class__(self, cls):
         _set_class(self, cls)
 
+    def _queue_buffer(self):
+        """The write buffer, for a write that waits: made here the first time (see __init__)."""
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = buffer = collections.deque()
+        return buffer
+
     def _add_reader(self) -> None:
         """Start watching the socket for reads, if the transport reads now."""
         raise NotImplementedError

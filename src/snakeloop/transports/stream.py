@@ -33,7 +33,6 @@ OS facts this module relies on:
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import socket
@@ -420,10 +419,7 @@ class SocketTransport(SocketTransportBase):
             # An empty chunk (from writelines) would never be consumed: the
             # buffer would never drain, and close() never finish
             # (python/cpython#155888).
-            buffer = self._buffer
-            if buffer is None:
-                self._buffer = buffer = collections.deque()
-            buffer.append(data)
+            self._queue_buffer().append(data)
             self._buffer_size += len(data)
             self._send_at_once = False
 
