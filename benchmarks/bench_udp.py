@@ -48,10 +48,11 @@ import time
 from .serverproc import (
     PLACEMENTS,
     REPO,
+    add_build_arguments,
     available_loops,
-    build_compiled,
     cpu_ns,
     new_loop,
+    prepare_builds,
     settle_allocator,
     src_build,
 )
@@ -256,11 +257,7 @@ def main(argv=None):
     parser.add_argument("--clients", type=int, default=50, help="sockets, one datagram each")
     parser.add_argument("--size", type=int, default=1024, help="datagram size in bytes")
     parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="same")
-    parser.add_argument(
-        "--no-compiled",
-        action="store_true",
-        help="leave out the compiled build of this checkout (built with Cython when missing)",
-    )
+    add_build_arguments(parser, baseline=False)
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=8, help=argparse.SUPPRESS)
@@ -276,7 +273,7 @@ def main(argv=None):
         parser.error("--placement split needs two CPUs")
 
     seconds, rounds = (1.0, 1) if args.quick else (args.seconds, args.rounds)
-    has_compiled, compiled_note = build_compiled(args.no_compiled)
+    has_compiled, compiled_note = prepare_builds(parser, args)
     loops = available_loops(compiled=has_compiled)
     print(
         f"# Python {platform.python_version()}, UDP echo {args.size} B, {args.clients} client "

@@ -42,16 +42,16 @@ import sys
 import tempfile
 import time
 
-from . import baseline
 from .serverproc import (
     FRESH_ALLOCATOR_ENV,
     PLACEMENTS,
     REPO,
     SEEDED_PERTURB_ENV,
+    add_build_arguments,
     available_loops,
-    build_compiled,
     cpu_ns,
     new_loop,
+    prepare_builds,
     settle_allocator,
     src_build,
 )
@@ -383,16 +383,7 @@ def main(argv=None):
         action="store_true",
         help="also run snakeloop with metrics=False: what the always-on metrics cost",
     )
-    parser.add_argument(
-        "--baseline",
-        metavar="REV",
-        help="also run snakeloop as it is at this git revision (before/after in one run)",
-    )
-    parser.add_argument(
-        "--no-compiled",
-        action="store_true",
-        help="leave out the compiled build of this checkout (built with Cython when missing)",
-    )
+    add_build_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -414,14 +405,7 @@ def main(argv=None):
     for name in names:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
-    if args.baseline:
-        baseline.extract(args.baseline)  # its directory is inherited by the servers
-    has_compiled, compiled_note = build_compiled(args.no_compiled)
-    if args.baseline and has_compiled:
-        try:
-            baseline.build_compiled()  # and this one's
-        except RuntimeError as exc:
-            parser.error(f"the baseline revision did not compile: {exc}")
+    has_compiled, compiled_note = prepare_builds(parser, args)
     loops = available_loops(
         args.stdlib_futures, bool(args.baseline), bool(args.seeded), args.metrics_off, has_compiled
     )

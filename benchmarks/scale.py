@@ -38,8 +38,7 @@ import subprocess
 import sys
 import time
 
-from . import baseline
-from .serverproc import REPO, available_loops, build_compiled, src_build
+from .serverproc import REPO, add_build_arguments, available_loops, prepare_builds, src_build
 
 KINDS = ("proto", "streams")
 WARM_CONNECTIONS = 100
@@ -176,16 +175,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=9000, help="idle connections")
     parser.add_argument("--only", default="", help="server kinds: proto,streams")
-    parser.add_argument(
-        "--no-compiled",
-        action="store_true",
-        help="leave out the compiled build of this checkout (built with Cython when missing)",
-    )
-    parser.add_argument(
-        "--baseline",
-        metavar="REV",
-        help="also run snakeloop as it is at this git revision (before/after in one run)",
-    )
+    add_build_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--hold", nargs=2, help=argparse.SUPPRESS)
@@ -203,20 +193,11 @@ def main(argv=None):
     limit = raise_file_limit() - FD_MARGIN - WARM_CONNECTIONS
     if args.connections > limit:
         parser.error(f"--connections {args.connections} is over what the fd limit allows here")
-    if args.baseline:
-        baseline.extract(args.baseline)  # its directory is inherited by the servers
-    has_compiled, compiled_note = build_compiled(args.no_compiled)
-    baseline_compiled = False
-    if args.baseline and has_compiled:
-        try:
-            baseline.build_compiled()  # its directory is inherited by the servers
-            baseline_compiled = True
-        except RuntimeError as exc:
-            print(f"# base-comp: not built: {exc}; skipped")
+    has_compiled, compiled_note = prepare_builds(parser, args)
     loops = [
         name
         for name in available_loops(baseline=bool(args.baseline), compiled=has_compiled)
-        if name != "raw" and (name != "base-comp" or baseline_compiled)
+        if name != "raw"
     ]
     print(
         f"# Python {platform.python_version()}, snakeloop: {src_build()} build of src/; "

@@ -107,6 +107,39 @@ def build_compiled(no_compiled):
     return True, "compiled: src/ compiled by Cython (benchmarks.compiled)"
 
 
+def add_build_arguments(parser, baseline=True):
+    """The options every server benchmark takes: --no-compiled, and --baseline REV."""
+    if baseline:
+        parser.add_argument(
+            "--baseline",
+            metavar="REV",
+            help="also run snakeloop as it is at this git revision (before/after in one run)",
+        )
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="leave out the compiled build of this checkout (built with Cython when missing)",
+    )
+
+
+def prepare_builds(parser, args):
+    """Extract and compile what those options ask for, before any server starts (the
+    servers inherit the directories): (whether the compiled build is there, a header
+    note).  A baseline revision that does not compile is the command's error."""
+    from . import baseline
+
+    revision = getattr(args, "baseline", None)
+    if revision:
+        baseline.extract(revision)
+    has_compiled, compiled_note = build_compiled(args.no_compiled)
+    if revision and has_compiled:
+        try:
+            baseline.build_compiled()
+        except RuntimeError as exc:
+            parser.error(f"the baseline revision did not compile: {exc}")
+    return has_compiled, compiled_note
+
+
 # Set (by --seeded) in the servers' environment: what the seeded server perturbs.
 SEEDED_PERTURB_ENV = "SNAKELOOP_BENCH_PERTURB"
 
