@@ -156,7 +156,9 @@ cdef class CoreLoop:
         backlog=Py_ssize_t,
         fired=Py_ssize_t,
         ready_peak=Py_ssize_t,
-        mark=Py_ssize_t,
+        ran_mark=Py_ssize_t,
+        io_mark=Py_ssize_t,
+        lone_mark=Py_ssize_t,
         timer_mark=Py_ssize_t,
     )
     cpdef _run_iterations(self, once)
