@@ -5,14 +5,18 @@
     python3 -m benchmarks.chart --micro micro.json --net net.json -o docs/benchmarks.png
     python3 -m benchmarks.chart --micro 3.11=micro311.json --net 3.11=net311.json \
         --micro 3.14=micro314.json --net 3.14=net314.json -o docs/benchmarks.png
+    python3 -m benchmarks.scale --json scale.json
+    python3 -m benchmarks.chart --scale scale.json -o docs/scale.png
 
-Each ``--micro`` and ``--net`` may be given once per Python, as ``LABEL=FILE``; the
+Each ``--micro``, ``--net`` and ``--scale`` may be given once per Python, as ``LABEL=FILE``; the
 chart then has a pair of panels per Python, each from its own runs.
 
 Every bar is a ratio to the stdlib loop measured in the same run (above 1:
 faster than the stdlib loop).  Scheduling rows compare rates (median of the
 rounds); network rows compare the server's CPU time per request, inverted so
-that above 1 is better there too.  matplotlib is needed for this command only
+that above 1 is better there too; the scale rows compare memory per idle
+connection and latency among idle connections, inverted the same way, and the
+accept rate as it is.  matplotlib is needed for this command only
 (``pip install matplotlib``); nothing else in snakeloop or its benchmarks
 imports it.
 """
@@ -68,6 +72,33 @@ def net_ratios(document: dict) -> dict[str, dict[str, float]]:
         ratios[workload] = {
             name: cpu["stdlib"] / value for name, value in cpu.items() if name in LOOPS and value
         }
+    return ratios
+
+
+# benchmarks.scale's figures: (name, row label, whether less is better).
+SCALE_FIGURES = (
+    ("kib_per_connection", "memory", True),
+    ("accepted_per_second", "accepts", False),
+    ("latency_us", "latency", True),
+)
+
+
+def scale_ratios(document: dict) -> dict[str, dict[str, float]]:
+    """row -> loop -> the loop's figure against stdlib's, above 1 better (less memory,
+    faster accepts, lower latency)."""
+    kinds = list(dict.fromkeys(key.partition("/")[0] for key in document))
+    ratios: dict[str, dict[str, float]] = {}
+    for figure, label, lower_is_better in SCALE_FIGURES:
+        for kind in kinds:
+            base = document.get(f"{kind}/stdlib", {}).get(figure)
+            if not base:
+                continue
+            row = ratios[f"{kind} {label}"] = {}
+            for key, figures in document.items():
+                server, _, loop = key.partition("/")
+                value = figures.get(figure)
+                if server == kind and loop in LOOPS and value:
+                    row[loop] = base / value if lower_is_better else value / base
     return ratios
 
 
@@ -131,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="JSON from python3 -m benchmarks.net --json (once per Python, with a label)",
     )
+    parser.add_argument(
+        "--scale",
+        metavar="[LABEL=]FILE",
+        action="append",
+        default=[],
+        help="JSON from python3 -m benchmarks.scale --json (once per Python, with a label)",
+    )
     parser.add_argument("-o", "--output", default="benchmarks.png", help="the PNG to write")
     parser.add_argument("--title", help="the chart's title (default: the Python that ran it)")
     parser.add_argument(
@@ -139,11 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also draw the runs' baseline column (snakeloop at --baseline REV), named TEXT",
     )
     args = parser.parse_args(argv)
-    if not args.micro and not args.net:
-        parser.error("give --micro FILE, --net FILE or both")
+    if not args.micro and not args.net and not args.scale:
+        parser.error("give --micro FILE, --net FILE, --scale FILE or more than one")
     micro = [_labelled(parser, given) for given in args.micro]
     net = [_labelled(parser, given) for given in args.net]
-    labels_seen = list(dict.fromkeys(label for label, _ in micro + net))
+    scale = [_labelled(parser, given) for given in args.scale]
+    labels_seen = list(dict.fromkeys(label for label, _ in micro + net + scale))
     panels = []
     for label in labels_seen:
         python = f"CPython {label}: " if label else ""
@@ -162,6 +201,15 @@ def main(argv: list[str] | None = None) -> int:
                         f"{python}echo servers, stdlib's CPU per request ÷ the loop's "
                         "(higher is cheaper)",
                         net_ratios(_load(path)),
+                    )
+                )
+        for kind, path in scale:
+            if kind == label:
+                panels.append(
+                    (
+                        f"{python}idle connections: stdlib's memory per connection and "
+                        "latency ÷ the loop's, accepts/s ÷ stdlib's (higher is better)",
+                        scale_ratios(_load(path)),
                     )
                 )
     if args.title:

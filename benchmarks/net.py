@@ -169,6 +169,14 @@ def serve_loop(loop_name, kind, family, address):
         # Serve until the parent closes our stdin.
         await loop.run_in_executor(None, sys.stdin.read)
         server.close()
+        # The clients have closed their connections: the handlers whose EOF the loop
+        # has not read yet end here.  Closed with their loop, each would print "Task
+        # was destroyed but it is pending!" or "Event loop is closed".  (Cancelled,
+        # on 3.11 each would print its CancelledError: StreamReaderProtocol's done
+        # callback asks a cancelled task for its exception.)
+        handlers = asyncio.all_tasks() - {asyncio.current_task()}
+        if handlers:
+            await asyncio.wait(handlers, timeout=30)
 
     try:
         loop.run_until_complete(main())

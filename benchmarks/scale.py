@@ -18,16 +18,32 @@ Each connection does one 16-byte round trip and then stays open and idle.  Repor
 * the latency of one request to one connection among the N idle ones: the median
   of 2,000 round trips, in microseconds.
 
-OS facts it relies on: each process may hold as many open files as its hard
-``RLIMIT_NOFILE`` allows (the soft limit is raised to it here and in the server),
-so N is capped at the hard limit less a margin; on these machines that is 20,000,
-and the default N is 9,000.  RSS counts pages the process touched, so a
-connection's cost is the mean over many, never one connection's.
+OS facts it relies on:
+
+* A process may hold as many open files as its ``RLIMIT_NOFILE`` allows.  The soft
+  limit is raised to what the server or a client needs, up to the hard limit; a
+  process with ``CAP_SYS_RESOURCE`` (root) raises the hard limit too, up to
+  ``fs.nr_open``.  So N is capped by the hard limit where the process may not raise
+  it (20,000 on these machines, even as root: the default N of 10,000 fits), and
+  goes to 100,000 and beyond where it may.
+* A TCP connection is told apart by its four addresses and ports, and a client's
+  port comes from ``net.ipv4.ip_local_port_range`` (about 28,000 ports): from one
+  source address to one server port, no more connections than that.  A closed
+  connection's port stays in TIME_WAIT for 60 s on the side that closed first (the
+  clients), and with tens of thousands of them the kernel's search for a free port
+  made each connect slow (a run's system time was 61 s, and the servers measured
+  after the first ones accepted 20 times slower).  Every address of 127.0.0.0/8 is
+  the loopback's on Linux, so each client process of each run connects from a
+  source address no other has used (127.1.0.1, 127.1.0.2, ...), with at most
+  20,000 connections each.
+* RSS counts pages the process touched, so a connection's cost is the mean over
+  many, never one connection's.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -43,15 +59,28 @@ from .serverproc import REPO, add_build_arguments, available_loops, prepare_buil
 KINDS = ("proto", "streams")
 WARM_CONNECTIONS = 100
 CLIENT_PROCESSES = 4
+# Connections one client process opens at most (from one source address: see above).
+PER_CLIENT = 20_000
+# A fresh loopback source address for each client process (see above).
+_SOURCES = (f"127.1.{k // 250}.{k % 250 + 1}" for k in itertools.count())
 LATENCY_ROUNDS = 2000
 MESSAGE = b"0123456789abcdef"
 # Sockets the server or a client holds besides the connections.
 FD_MARGIN = 200
 
 
-def raise_file_limit():
-    """The soft limit of open files raised to the hard one: the limit there is."""
+def raise_file_limit(needed):
+    """Raise this process's limit of open files toward ``needed``; return the limit now.
+
+    Past the hard limit only where the process may raise it (root)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if needed > hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))
+        except (ValueError, OSError):
+            pass
+        else:
+            return needed
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
@@ -75,23 +104,25 @@ def round_trip(sock):
         received += chunk
 
 
-def open_connections(port, count):
+def open_connections(port, count, source="127.0.0.1"):
     socks = []
     for _ in range(count):
-        sock = socket.create_connection(("127.0.0.1", port))
+        sock = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         socks.append(sock)
         round_trip(sock)
     return socks
 
 
-def hold_clients(port, count):
-    """A client process: once told to go, open ``count`` connections, say so, and hold
-    them until stdin closes (a process's start-up is not the server's time)."""
-    raise_file_limit()
+def hold_clients(port, count, source):
+    """A client process: once told to go, open ``count`` connections from ``source``,
+    say so, and hold them until stdin closes (a process's start-up is not the server's
+    time)."""
+    if raise_file_limit(count + FD_MARGIN) < count + FD_MARGIN:
+        raise SystemExit(f"a client may not open {count} files here")
     print("ready", flush=True)
     sys.stdin.readline()
-    socks = open_connections(port, count)
+    socks = open_connections(port, count, source)
     print("held", flush=True)
     sys.stdin.read()
     for sock in socks:
@@ -100,7 +131,15 @@ def hold_clients(port, count):
 
 def measure(loop_name, kind, connections):
     server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.scale", "--serve", loop_name, kind],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.scale",
+            "--serve",
+            loop_name,
+            kind,
+            str(connections + WARM_CONNECTIONS + FD_MARGIN),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=REPO,
@@ -118,11 +157,13 @@ def measure(loop_name, kind, connections):
         warm = open_connections(port, WARM_CONNECTIONS)
         time.sleep(0.2)
         before = rss_kib(server.pid)
-        share, extra = divmod(connections, CLIENT_PROCESSES)
-        for index in range(CLIENT_PROCESSES):
+        processes = max(CLIENT_PROCESSES, -(-connections // PER_CLIENT))
+        share, extra = divmod(connections, processes)
+        for index in range(processes):
             count = share + (1 if index < extra else 0)
+            source = next(_SOURCES)
             client = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.scale", "--hold", str(port), str(count)],
+                [sys.executable, "-m", "benchmarks.scale", "--hold", str(port), str(count), source],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 cwd=REPO,
@@ -164,8 +205,8 @@ def measure(loop_name, kind, connections):
     }
 
 
-def serve(loop_name, kind):
-    raise_file_limit()
+def serve(loop_name, kind, files):
+    raise_file_limit(int(files))
     from .net import serve_loop
 
     serve_loop(loop_name, kind, "tcp", "")
@@ -173,26 +214,32 @@ def serve(loop_name, kind):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--connections", type=int, default=9000, help="idle connections")
+    parser.add_argument("--connections", type=int, default=10_000, help="idle connections")
     parser.add_argument("--only", default="", help="server kinds: proto,streams")
     add_build_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
-    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
-    parser.add_argument("--hold", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--hold", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve(*args.serve)
         return 0
     if args.hold:
-        hold_clients(int(args.hold[0]), int(args.hold[1]))
+        hold_clients(int(args.hold[0]), int(args.hold[1]), args.hold[2])
         return 0
     kinds = [k for k in args.only.split(",") if k] or list(KINDS)
     for kind in kinds:
         if kind not in KINDS:
             parser.error(f"unknown server kind {kind!r}; choose from {', '.join(KINDS)}")
-    limit = raise_file_limit() - FD_MARGIN - WARM_CONNECTIONS
-    if args.connections > limit:
-        parser.error(f"--connections {args.connections} is over what the fd limit allows here")
+    # The server's need; this process tries the same, to tell in advance.
+    needed = args.connections + WARM_CONNECTIONS + FD_MARGIN
+    limit = raise_file_limit(needed)
+    if limit < needed:
+        parser.error(
+            f"--connections {args.connections} needs {needed} open files in the server, "
+            f"and RLIMIT_NOFILE allows {limit} here: ask for fewer, or raise the hard "
+            "limit (ulimit -Hn, or run as root)"
+        )
     has_compiled, compiled_note = prepare_builds(parser, args)
     loops = [
         name
