@@ -77,6 +77,8 @@ class Listener:
         "_reader",
         "_retry",
         "_starved",
+        "_sockname",
+        "_peer_host",
     )
 
     server: AcceptingServer
@@ -107,6 +109,9 @@ class Listener:
         # accept() ran out of resources and the handler was told; reset by
         # the next accept() that does not.
         self._starved = False
+        # The last connection's sockname and peer host (see _addresses_of).
+        self._sockname: Any = None
+        self._peer_host: Any = None
 
     def __repr__(self) -> str:
         if self._reader is not None:
@@ -174,7 +179,34 @@ class Listener:
                 self._pause(exc)
                 return
             self._starved = False
-            self._hand_over(conn, {"peername": addr})
+            self._hand_over(conn, self._addresses_of(conn, addr))
+
+    def _addresses_of(self, conn: socket.socket, addr: Any) -> dict[str, Any]:
+        """A new connection's extra info: its peername and sockname, as asyncio has them.
+
+        The connections of one listener have the same sockname (unless it is bound to
+        a wildcard address of several local ones), and most come from the host the
+        last one came from: the last one's tuple and host string are reused rather
+        than held again by each connection, about 200 of an idle connection's 1,400
+        bytes.
+        """
+        try:
+            sockname = conn.getsockname()
+        except OSError:
+            sockname = None
+        else:
+            if sockname == self._sockname:
+                sockname = self._sockname
+            else:
+                self._sockname = sockname
+        if type(addr) is tuple and addr:
+            host = addr[0]
+            last = self._peer_host
+            if host != last:
+                self._peer_host = host
+            elif host is not last:
+                addr = (last, *addr[1:])
+        return {"peername": addr, "sockname": sockname}
 
     def _hand_over(self, conn: socket.socket, extra: dict[str, Any]) -> None:
         """Give an accepted connection its protocol and transport."""

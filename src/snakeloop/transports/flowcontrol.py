@@ -30,10 +30,15 @@ from typing import Any
 __all__ = ["DEFAULT_HIGH_WATER", "FlowControlMixin", "checked_limits", "tell_protocol"]
 
 DEFAULT_HIGH_WATER = 64 * 1024
+# One int for every transport that keeps the defaults: computed per transport,
+# it was 32 bytes of each idle connection.
+_DEFAULT_LOW_WATER = DEFAULT_HIGH_WATER // 4
 
 
 def checked_limits(high: Any = None, low: Any = None) -> tuple[Any, Any]:
     """``(high, low)`` with asyncio's defaults filled in; ValueError if out of order."""
+    if high is None and low is None:
+        return DEFAULT_HIGH_WATER, _DEFAULT_LOW_WATER
     if high is None:
         high = DEFAULT_HIGH_WATER if low is None else 4 * low
     if low is None:

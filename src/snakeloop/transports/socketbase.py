@@ -134,10 +134,12 @@ class SocketTransportBase:
         self._context = context
         self._extra = {} if extra is None else extra
         self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
+        if "sockname" not in self._extra:
+            # An accepted connection's came with the peername (Listener._addresses_of).
+            try:
+                self._extra["sockname"] = sock.getsockname()
+            except OSError:
+                self._extra["sockname"] = None
         if "peername" not in self._extra:
             try:
                 self._extra["peername"] = sock.getpeername()
