@@ -111,6 +111,25 @@ class EchoProtocol(asyncio.Protocol):
         self.transport.write(data)
 
 
+class IdleTimeoutEchoProtocol(EchoProtocol):
+    """An echo with the common server's idle timeout: a timer per connection, re-armed
+    by each request (benchmarks.scale's ``timers`` kind)."""
+
+    IDLE_TIMEOUT = 3600.0
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.timer = asyncio.get_running_loop().call_later(self.IDLE_TIMEOUT, transport.close)
+
+    def data_received(self, data):
+        self.timer.cancel()
+        self.timer = asyncio.get_running_loop().call_later(self.IDLE_TIMEOUT, self.transport.close)
+        self.transport.write(data)
+
+    def connection_lost(self, exc):
+        self.timer.cancel()
+
+
 class HttpProtocol(asyncio.Protocol):
     """Answers each complete request head with a fixed response."""
 
@@ -163,7 +182,9 @@ def serve_loop(loop_name, kind, family, address):
         if kind == "streams":
             server = await asyncio.start_server(echo_stream, sock=sock)
         else:
-            factory = HttpProtocol if kind == "http" else EchoProtocol
+            factory = {"http": HttpProtocol, "timers": IdleTimeoutEchoProtocol}.get(
+                kind, EchoProtocol
+            )
             server = await loop.create_server(factory, sock=sock)
         print(f"ready {where}", flush=True)
         # Serve until the parent closes our stdin.

@@ -4,10 +4,12 @@
                                [--baseline REV] [--json FILE]
 
 For each server kind (``proto``: ``loop.create_server`` with an echo protocol;
-``streams``: ``asyncio.start_server``, a task, a StreamReader and a StreamWriter per
-connection) and each loop (stdlib, snakeloop, its compiled build, uvloop and rloop
-when they import), one after the other, a server runs in a process of its own
-(``benchmarks.net``'s) and client processes open N connections to it over loopback.
+``timers``: the same with an idle-timeout timer per connection, an hour away and
+re-armed by each request, as servers keep one; ``streams``: ``asyncio.start_server``,
+a task, a StreamReader and a StreamWriter per connection) and each loop (stdlib,
+snakeloop, its compiled build, uvloop and rloop when they import), one after the
+other, a server runs in a process of its own (``benchmarks.net``'s) and client
+processes open N connections to it over loopback.
 Each connection does one 16-byte round trip and then stays open and idle.  Reported:
 
 * the server's RSS growth over the N connections, per connection, in KiB, from
@@ -16,7 +18,10 @@ Each connection does one 16-byte round trip and then stays open and idle.  Repor
 * how long the N connections took to be accepted and answered, as connections per
   second (the clients run on the other CPU);
 * the latency of one request to one connection among the N idle ones: the median
-  of 2,000 round trips, in microseconds.
+  of 2,000 round trips, in microseconds;
+* the server's CPU time per request over those round trips (``/proc/PID/schedstat``),
+  which with ``timers`` beside ``proto`` says what N pending timers and a re-armed
+  one cost a request.
 
 OS facts it relies on:
 
@@ -54,9 +59,16 @@ import subprocess
 import sys
 import time
 
-from .serverproc import REPO, add_build_arguments, available_loops, prepare_builds, src_build
+from .serverproc import (
+    REPO,
+    add_build_arguments,
+    available_loops,
+    cpu_ns,
+    prepare_builds,
+    src_build,
+)
 
-KINDS = ("proto", "streams")
+KINDS = ("proto", "timers", "streams")
 WARM_CONNECTIONS = 100
 CLIENT_PROCESSES = 4
 # Connections one client process opens at most (from one source address: see above).
@@ -187,10 +199,12 @@ def measure(loop_name, kind, connections):
         after = rss_kib(server.pid)
         probe = warm[0]
         samples = []
+        cpu_before = cpu_ns(server.pid)
         for _ in range(LATENCY_ROUNDS):
             t0 = time.perf_counter()
             round_trip(probe)
             samples.append(time.perf_counter() - t0)
+        cpu_after = cpu_ns(server.pid)
     finally:
         os.sched_setaffinity(0, mask)
         for client in clients:
@@ -202,6 +216,7 @@ def measure(loop_name, kind, connections):
         "kib_per_connection": (after - before) / connections,
         "accepted_per_second": connections / accepted_in,
         "latency_us": statistics.median(samples) * 1e6,
+        "cpu_us_per_request": (cpu_after - cpu_before) / LATENCY_ROUNDS / 1e3,
     }
 
 
@@ -251,7 +266,10 @@ def main(argv=None):
         f"{compiled_note}; {args.connections} idle connections, each after one round trip"
     )
     results = {}
-    header = f"{'server':10} {'loop':10} {'KiB/conn':>9} {'conn/s':>9} {'latency µs':>11}"
+    header = (
+        f"{'server':10} {'loop':10} {'KiB/conn':>9} {'conn/s':>9} {'latency µs':>11} "
+        f"{'CPU µs/req':>11}"
+    )
     print(header)
     for kind in kinds:
         for loop_name in loops:
@@ -259,7 +277,8 @@ def main(argv=None):
             results[f"{kind}/{loop_name}"] = figures
             print(
                 f"{kind:10} {loop_name:10} {figures['kib_per_connection']:9.2f} "
-                f"{figures['accepted_per_second']:9.0f} {figures['latency_us']:11.1f}",
+                f"{figures['accepted_per_second']:9.0f} {figures['latency_us']:11.1f} "
+                f"{figures['cpu_us_per_request']:11.2f}",
                 flush=True,
             )
     print("# KiB per idle connection, as a ratio to uvloop's (below 1: less memory)")
@@ -273,6 +292,14 @@ def main(argv=None):
             for name in loops
         )
         print(f"#   {kind}: {ratios}")
+    if "proto" in kinds and "timers" in kinds:
+        print("# CPU per request with a pending timer per connection, over without (timers/proto)")
+        ratios = ", ".join(
+            f"{name} {results[f'timers/{name}']['cpu_us_per_request'] / cpu:.3f}"
+            for name in loops
+            if (cpu := results[f"proto/{name}"]["cpu_us_per_request"])
+        )
+        print(f"#   {ratios}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
