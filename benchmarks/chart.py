@@ -183,35 +183,28 @@ def main(argv: list[str] | None = None) -> int:
     net = [_labelled(parser, given) for given in args.net]
     scale = [_labelled(parser, given) for given in args.scale]
     labels_seen = list(dict.fromkeys(label for label, _ in micro + net + scale))
+    # Each kind of file: its panel's title (after the Python) and its ratios.
+    kinds = (
+        (micro, "scheduling, rate × stdlib (higher is faster)", micro_ratios),
+        (
+            net,
+            "echo servers, stdlib's CPU per request ÷ the loop's (higher is cheaper)",
+            net_ratios,
+        ),
+        (
+            scale,
+            "idle connections: stdlib's memory per connection and latency ÷ the loop's, "
+            "accepts/s ÷ stdlib's (higher is better)",
+            scale_ratios,
+        ),
+    )
     panels = []
     for label in labels_seen:
         python = f"CPython {label}: " if label else ""
-        for kind, path in micro:
-            if kind == label:
-                panels.append(
-                    (
-                        f"{python}scheduling, rate × stdlib (higher is faster)",
-                        micro_ratios(_load(path)),
-                    )
-                )
-        for kind, path in net:
-            if kind == label:
-                panels.append(
-                    (
-                        f"{python}echo servers, stdlib's CPU per request ÷ the loop's "
-                        "(higher is cheaper)",
-                        net_ratios(_load(path)),
-                    )
-                )
-        for kind, path in scale:
-            if kind == label:
-                panels.append(
-                    (
-                        f"{python}idle connections: stdlib's memory per connection and "
-                        "latency ÷ the loop's, accepts/s ÷ stdlib's (higher is better)",
-                        scale_ratios(_load(path)),
-                    )
-                )
+        for files, panel_title, ratios_of in kinds:
+            for kind, path in files:
+                if kind == label:
+                    panels.append((python + panel_title, ratios_of(_load(path))))
     if args.title:
         title = args.title
     elif any(labels_seen):

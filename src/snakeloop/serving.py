@@ -95,12 +95,12 @@ class Server(base_events.Server):
         self._listeners: list[Listener] | None = listeners  # None once closed
         for listener in listeners:
             listener.server = self
-        # The connections still open, counted as asyncio counts them: before 3.13
-        # a count alone, from 3.13 the transports too, for close_clients() and
-        # abort_clients().  An entry of that WeakSet is about 150 bytes of an idle
+        # The connections still open, kept as asyncio keeps them: before 3.13 a
+        # count, from 3.13 a WeakSet of the transports, for close_clients() and
+        # abort_clients().  An entry of that set is about 150 bytes of an idle
         # connection's 1.5 KB, which servers before 3.13 do not pay.  Weak: a
         # transport nobody references must still be collectable, so its "unclosed
-        # transport" warning can fire.
+        # transport" warning can fire (and, as in asyncio, it then counts no more).
         self._active_count = 0
         self._clients: weakref.WeakSet[Any] | None = weakref.WeakSet() if _PY313 else None
         self._waiters: list[Future[Any]] | None = []
@@ -112,16 +112,23 @@ class Server(base_events.Server):
         return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
 
     def _attach(self, transport: Any) -> None:
-        self._active_count += 1
-        if self._clients is not None:
+        if self._clients is None:
+            self._active_count += 1
+        else:
             self._clients.add(transport)
 
     def _detach(self, transport: Any) -> None:
-        self._active_count -= 1
-        if self._clients is not None:
+        if self._clients is None:
+            self._active_count -= 1
+        else:
             self._clients.discard(transport)
-        if self._active_count == 0 and self._listeners is None:
+        if self._no_clients() and self._listeners is None:
             self._wakeup()
+
+    def _no_clients(self) -> bool:
+        if self._clients is None:
+            return self._active_count == 0
+        return not self._clients
 
     def _wakeup(self) -> None:
         waiters = self._waiters
@@ -164,7 +171,7 @@ class Server(base_events.Server):
         if self._serving_forever_fut is not None and not self._serving_forever_fut.done():
             self._serving_forever_fut.cancel()
             self._serving_forever_fut = None
-        if self._active_count == 0:
+        if self._no_clients():
             self._wakeup()
 
     if _PY313:

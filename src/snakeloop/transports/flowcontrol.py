@@ -40,7 +40,7 @@ def checked_limits(high: Any = None, low: Any = None) -> tuple[Any, Any]:
     if high is None and low is None:
         return DEFAULT_HIGH_WATER, _DEFAULT_LOW_WATER
     if high is None:
-        high = DEFAULT_HIGH_WATER if low is None else 4 * low
+        high = 4 * low
     if low is None:
         low = high // 4
     if not high >= low >= 0:
