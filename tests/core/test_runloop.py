@@ -7,12 +7,14 @@ They read the core's own tables, so they run on snakeloop only:
   order); compiled, a min-heap of the TimerHandles themselves.  Both are
   read through ``_pending_timers()``, which lists each deadline's timers in
   the order they will fire;
-- ``_timer_cancelled_count``: how many cancelled handles those entries still
-  hold, which decides when the heap is rebuilt and whether an iteration looks
-  for cancelled timers at all.  Interpreted, a cancelled timer stays in the
-  heap, counted, until it surfaces or the heap is rebuilt, as in asyncio;
-  compiled, ``cancel()`` takes it out at once (``EAGER_CANCEL``), and each
-  timer in the heap knows its place (``_heap_index``);
+- ``cancel()`` lets go of a timer at once in both builds: it leaves
+  ``_pending_timers()``.  Compiled, it leaves the heap, and each timer in the
+  heap knows its place (``_heap_index``).  Interpreted, it leaves ``_timers``,
+  and its bare deadline stays in the heap (``BARE_DEADLINES``) until it
+  surfaces or the heap is rebuilt;
+- ``_timer_cancelled_count``: interpreted, how many bare deadlines the heap
+  holds, which decides when the heap is rebuilt and whether an iteration looks
+  for them at all; compiled, 0;
 - ``_ready``: Handles and plain ``(callback, arg, context)`` entries, run in
   the order they were queued.
 
@@ -34,17 +36,16 @@ from hypothesis import strategies as st
 import snakeloop
 from snakeloop._core.runloop import plain_queue
 
-# Compiled, cancel() takes a timer out of the heap at once; interpreted, it
-# stays there until it surfaces or the heap is rebuilt.
-EAGER_CANCEL = snakeloop.COMPILED
+# Interpreted, a cancelled timer's deadline stays in the heap until it surfaces
+# or the heap is rebuilt; compiled, cancel() takes the timer out of the heap.
+BARE_DEADLINES = not snakeloop.COMPILED
 
 
-def cancelled_entries(loop) -> int:
-    """How many cancelled handles the timer heap still holds."""
-    count = 0
-    for _, timers in loop._pending_timers():
-        count += sum(timer.cancelled() for timer in timers)
-    return count
+def bare_deadlines(loop) -> int:
+    """How many deadlines in the heap have no timer behind them."""
+    if snakeloop.COMPILED:
+        return 0
+    return len(loop._scheduled) - len(loop._timers)
 
 
 def assert_timer_tables_consistent(loop) -> None:
@@ -58,10 +59,10 @@ def assert_timer_tables_consistent(loop) -> None:
         assert len(set(key)) == len(key)
         assert sum(len(timers) for _, timers in pending) == len(scheduled)
         assert [timer._heap_index for timer in scheduled] == list(range(len(scheduled)))
-        assert cancelled_entries(loop) == 0, "cancel() takes a timer out at once"
     else:
         key = scheduled
-        assert sorted(scheduled) == sorted(loop._timers) == deadlines
+        assert sorted(loop._timers) == deadlines
+        assert set(scheduled) >= set(deadlines), "each live deadline is in the heap"
         for entry in loop._timers.values():
             if isinstance(entry, list):
                 assert len(entry) >= 2, "a list entry holds two or more handles"
@@ -71,7 +72,8 @@ def assert_timer_tables_consistent(loop) -> None:
         for handle in timers:
             assert handle.when() == when
             assert handle._scheduled
-    assert loop._timer_cancelled_count == cancelled_entries(loop)
+            assert not handle.cancelled(), "cancel() lets go of a timer at once"
+    assert loop._timer_cancelled_count == bare_deadlines(loop)
 
 
 class HookClock(FakeClock):
@@ -99,12 +101,9 @@ def test_cancelled_timer_fired_with_a_live_one_is_uncounted(fake_snakeloop, fake
     live = loop.call_later(1, seen.append, "live")
     cancelled = loop.call_later(2, seen.append, "cancelled")
     cancelled.cancel()
-    if EAGER_CANCEL:
-        assert loop._timer_cancelled_count == 0
-        assert not cancelled._scheduled
-        assert loop._pending_timers() == [(live.when(), [live])]
-    else:
-        assert loop._timer_cancelled_count == 1
+    assert not cancelled._scheduled
+    assert loop._pending_timers() == [(live.when(), [live])]
+    assert loop._timer_cancelled_count == bare_deadlines(loop) == (1 if BARE_DEADLINES else 0)
     fake_clock.advance(3)
     run_once(loop)
     assert seen == ["live"]
@@ -138,11 +137,62 @@ def test_no_cancelled_timer_search_once_none_is_left(fake_snakeloop, fake_clock,
     fake_clock.advance(3)
     run_once(loop)
     calls = []
-    drop = loop._drop_cancelled_timers_at_top
-    monkeypatch.setattr(loop, "_drop_cancelled_timers_at_top", lambda: calls.append(drop()))
+    drop = loop._drop_cancelled_deadlines_at_top
+    monkeypatch.setattr(loop, "_drop_cancelled_deadlines_at_top", lambda: calls.append(drop()))
     for _ in range(20):
         run_once(loop)
     assert calls == []
+
+
+def test_a_cancelled_timer_is_freed_at_once_while_its_deadline_is_pending(fake_snakeloop):
+    # A server re-arming an idle timeout per request: kept until its deadline,
+    # each cancelled timer would live on for the collector to find.
+    loop = fake_snakeloop
+    live = loop.call_later(1, lambda: None)
+    timer = loop.call_later(3600, lambda: None)
+    ref = weakref.ref(timer)
+    timer.cancel()
+    del timer
+    collect_unless_refcounted()
+    assert ref() is None, "the loop still holds a cancelled timer"
+    run_once(loop)
+    assert loop._pending_timers() == [(live.when(), [live])]
+    assert_timer_tables_consistent(loop)
+
+
+def test_a_deadline_cancelled_and_set_again_fires_its_new_timer_once(fake_snakeloop, fake_clock):
+    # Interpreted, the heap then holds the deadline twice: the cancelled
+    # timer's, bare, and the new one's.
+    loop = fake_snakeloop
+    seen = []
+    when = loop.time() + 1
+    loop.call_at(when, seen.append, "old").cancel()
+    loop.call_at(when, seen.append, "new")
+    later = loop.call_at(when + 1, seen.append, "later")
+    assert_timer_tables_consistent(loop)
+    assert loop._pending_timers()[0][1][0].when() == when
+    fake_clock.advance(1.5)
+    run_once(loop)
+    assert seen == ["new"]
+    assert loop._pending_timers() == [(later.when(), [later])]
+    assert loop._timer_cancelled_count == 0
+    assert_timer_tables_consistent(loop)
+
+
+def test_cancelling_one_of_a_deadlines_timers_keeps_the_others_in_order(fake_snakeloop, fake_clock):
+    loop = fake_snakeloop
+    seen = []
+    when = loop.time() + 1
+    handles = [loop.call_at(when, seen.append, i) for i in range(3)]
+    handles[1].cancel()
+    assert loop._pending_timers() == [(when, [handles[0], handles[2]])]
+    handles[0].cancel()
+    assert loop._pending_timers() == [(when, [handles[2]])]
+    assert loop._timer_cancelled_count == 0, "the deadline still has a timer"
+    assert_timer_tables_consistent(loop)
+    fake_clock.advance(1)
+    run_once(loop)
+    assert seen == [2]
 
 
 def test_cancelling_a_foreign_timer_handle_is_not_counted(fake_snakeloop):
@@ -163,8 +213,8 @@ def test_cancel_is_counted_once_and_only_while_in_the_heap(fake_snakeloop, fake_
     timer = loop.call_later(1, lambda: None)
     timer.cancel()
     timer.cancel()
-    assert loop._timer_cancelled_count == (0 if EAGER_CANCEL else 1)
-    assert timer._scheduled is not EAGER_CANCEL
+    assert loop._timer_cancelled_count == (1 if BARE_DEADLINES else 0)
+    assert not timer._scheduled
     assert_timer_tables_consistent(loop)
     fired = loop.call_later(1, lambda: None)
     fake_clock.advance(2)
@@ -213,14 +263,16 @@ def test_a_cancelled_timer_on_top_is_dropped_before_the_poll(fake_snakeloop):
     third.cancel()
     run_once(loop)  # nothing is due: step 1 alone changes the tables
     assert not first._scheduled
-    if EAGER_CANCEL:
-        assert not third._scheduled
-        assert [when for when, _ in loop._pending_timers()] == [second.when()]
-        assert loop._timer_cancelled_count == 0
-    else:
-        assert third._scheduled, "only the earliest timers are dropped"
-        assert [when for when, _ in loop._pending_timers()] == [second.when(), third.when()]
+    assert not third._scheduled
+    assert [when for when, _ in loop._pending_timers()] == [second.when()]
+    if BARE_DEADLINES:
+        assert loop._scheduled == [second.when(), third.when()], (
+            "only the earliest bare deadlines are dropped"
+        )
         assert loop._timer_cancelled_count == 1
+    else:
+        assert len(loop._scheduled) == 1
+        assert loop._timer_cancelled_count == 0
     assert_timer_tables_consistent(loop)
 
 
@@ -251,23 +303,30 @@ def test_cancelled_timers_sharing_the_top_deadline(fake_snakeloop, fake_clock, c
     assert_timer_tables_consistent(loop)
 
 
-def test_heap_is_rebuilt_when_most_of_a_large_heap_is_cancelled(fake_snakeloop, fake_clock):
+def test_heap_is_rebuilt_by_the_cancel_that_leaves_most_of_a_large_heap_bare(
+    fake_snakeloop, fake_clock
+):
     loop = fake_snakeloop
     seen = []
     handles = [loop.call_later(1 + i, seen.append, i) for i in range(150)]
     # Cancel from the end, so step 1's drop from the top cannot find them.
-    for handle in handles[50:]:
+    for k, handle in enumerate(reversed(handles[50:]), 1):
         handle.cancel()
-    assert loop._timer_cancelled_count == (0 if EAGER_CANCEL else 100)
-    assert len(loop._scheduled) == (50 if EAGER_CANCEL else 150)
-    run_once(loop)
-    assert len(loop._scheduled) == 50
-    assert loop._timer_cancelled_count == 0
+        if not BARE_DEADLINES:
+            expected = (150 - k, 0)
+        elif k <= 75:
+            expected = (150, k)
+        else:
+            # The 76th is more than half of 150: the heap keeps the 74 live deadlines.
+            expected = (74, k - 76)
+        assert (len(loop._scheduled), loop._timer_cancelled_count) == expected, k
     assert not any(h._scheduled for h in handles[50:])
     assert_timer_tables_consistent(loop)
     fake_clock.advance(1000)
     run_once(loop)
     assert seen == list(range(50))
+    assert loop._scheduled == []
+    assert loop._timer_cancelled_count == 0
 
 
 def test_heap_is_not_rebuilt_for_100_entries_or_fewer(fake_snakeloop):
@@ -276,13 +335,13 @@ def test_heap_is_not_rebuilt_for_100_entries_or_fewer(fake_snakeloop):
     for handle in handles[1:]:
         handle.cancel()
     run_once(loop)
-    if EAGER_CANCEL:
-        assert len(loop._scheduled) == 1
-        assert loop._timer_cancelled_count == 0
-    else:
-        # The live timer on top stops step 1: the cancelled ones wait.
+    if BARE_DEADLINES:
+        # The live timer on top stops step 1: the bare deadlines wait.
         assert len(loop._scheduled) == 100
         assert loop._timer_cancelled_count == 99
+    else:
+        assert len(loop._scheduled) == 1
+        assert loop._timer_cancelled_count == 0
     assert_timer_tables_consistent(loop)
 
 

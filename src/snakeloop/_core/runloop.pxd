@@ -75,7 +75,6 @@ from snakeloop._core.handles cimport Handle, TimerHandle
 from snakeloop._core.timerheap cimport (
     deadline_of,
     heap_remove,
-    heapify,
     heappop,
     heappush,
     index_heap,
@@ -181,8 +180,6 @@ cdef class CoreLoop:
     @cython.locals(group=list, kept=list, index=dict)
     cdef _untie(self, TimerHandle timer)
 
-    @cython.locals(timers=dict, kept=list, live=list, timer=TimerHandle, n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
-    cdef list _compact_timers(self)
 
 
 @cython.locals(handle=Handle)

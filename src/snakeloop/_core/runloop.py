@@ -140,7 +140,7 @@ if not cython.compiled:
     )
 
     # The compiled build cimports these (runloop.pxd).
-    from .timerheap import deadline_of, heap_remove, heapify, heappop, heappush, index_heap
+    from .timerheap import deadline_of, heap_remove, heappop, heappush, index_heap
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -903,23 +903,44 @@ class CoreLoop:
     def _timer_handle_cancelled(self, handle: Any) -> None:
         """asyncio's ``TimerHandle.cancel()`` reports a cancel here.
 
-        Interpreted, snakeloop's own TimerHandle counts its cancel itself (no
-        call), and the heap entry stays until it surfaces or the heap is
-        compacted.  Compiled, it calls here and leaves the heap at once.
-        Otherwise the handle is an ``asyncio.TimerHandle`` that user code
-        built with this loop, which was never in the heap: as in asyncio,
-        only a handle that is in the heap is counted.
+        The loop lets go of a cancelled timer at once (see ``TimerHandle.cancel``).
+        Compiled, it leaves the heap.  Interpreted, it leaves the deadline table,
+        and its deadline stays in the heap with no timer behind it, counted in
+        ``_timer_cancelled_count``, until it surfaces or the heap is rebuilt
+        (heapq cannot take an entry out of the middle).  A handle that is not in
+        the tables (an ``asyncio.TimerHandle`` that user code built with this
+        loop) leaves nothing to drop.
         """
-        if cython.compiled and type(handle) is TimerHandle:
-            timer = handle
-            if timer._scheduled:
-                heap_remove(self._scheduled, timer)
-                timer._scheduled = False
-                if self._tie_index is not None:
-                    self._untie(timer)
+        if cython.compiled:
+            if type(handle) is TimerHandle:
+                timer = handle
+                if timer._scheduled:
+                    heap_remove(self._scheduled, timer)
+                    timer._scheduled = False
+                    if self._tie_index is not None:
+                        self._untie(timer)
             return
-        if handle._scheduled:
+        timers = self._timers
+        when = handle._when
+        entry = timers.get(when)
+        if entry is handle:
+            del timers[when]
+            handle._scheduled = False
             self._timer_cancelled_count += 1
+            n = len(self._scheduled)
+            if (
+                n > _MIN_TIMERS_TO_COMPACT
+                and self._timer_cancelled_count > n * _MAX_CANCELLED_FRACTION
+            ):
+                self._compact_timers()
+        elif type(entry) is list:
+            for i in range(len(entry)):
+                if entry[i] is handle:
+                    del entry[i]
+                    handle._scheduled = False
+                    if len(entry) == 1:
+                        timers[when] = entry[0]
+                    return
 
     def stop(self) -> None:
         """Stop after the callbacks of the current iteration have run."""
@@ -1084,18 +1105,16 @@ class CoreLoop:
         batch = None
         try:
             while True:
-                # 1. Lazily cancelled timers, interpreted only: compiled,
-                # cancel() takes a timer out of the heap at once.  None are
-                # counted while the heap is empty.
-                if scheduled and not compiled and self._timer_cancelled_count:
-                    n = len(scheduled)
-                    if (
-                        n > _MIN_TIMERS_TO_COMPACT
-                        and self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION
-                    ):
-                        self._scheduled = scheduled = self._compact_timers()
-                    else:
-                        self._drop_cancelled_timers_at_top()
+                # 1. Cancelled timers' deadlines on top of the heap, interpreted
+                # only (see _timer_handle_cancelled): left there, the poll would
+                # wake for them, and virtual time would move to them.
+                if (
+                    scheduled
+                    and not compiled
+                    and self._timer_cancelled_count
+                    and scheduled[0] not in self._timers
+                ):
+                    self._drop_cancelled_deadlines_at_top()
 
                 # 2-3. Poll, unless callbacks wait and only the waker is
                 # watched, or callbacks wait and the last iteration polled
@@ -1451,24 +1470,18 @@ class CoreLoop:
                             fired -= len(ready)
                             while True:
                                 heappop(scheduled)
-                                entry = timers.pop(when)
-                                # A cancelled handle can come due here: step 1 drops
-                                # only the earliest, and a cancel can come after it.  It
-                                # leaves the count now, or the count stays above zero
-                                # with nothing to find.
-                                if entry.__class__ is list:
+                                entry = timers.pop(when, None)
+                                if entry is None:
+                                    # A cancelled timer's deadline (step 1 drops
+                                    # only those on top): it leaves the count.
+                                    self._timer_cancelled_count -= 1
+                                elif entry.__class__ is list:
                                     for handle in entry:
                                         handle._scheduled = False
-                                        if handle._cancelled:
-                                            self._timer_cancelled_count -= 1
-                                        else:
-                                            append(handle)
+                                        append(handle)
                                 else:
                                     entry._scheduled = False
-                                    if entry._cancelled:
-                                        self._timer_cancelled_count -= 1
-                                    else:
-                                        append(entry)
+                                    append(entry)
                                 if not scheduled:
                                     break
                                 when = scheduled[0]
@@ -1809,91 +1822,25 @@ class CoreLoop:
         if on_slow is not None:
             on_slow(duration, count, timers, last if count else None)
 
-    @cython.locals(timer=TimerHandle)
-    def _drop_cancelled_timers_at_top(self):
-        """Pop cancelled timers while they are the earliest ones."""
+    def _drop_cancelled_deadlines_at_top(self):
+        """Step 1, interpreted: pop cancelled timers' deadlines while they are the earliest."""
         scheduled = self._scheduled
-        if cython.compiled:
-            while scheduled:
-                timer = scheduled[0]
-                if not timer._cancelled:
-                    return
-                heappop(scheduled)
-                timer._scheduled = False
-                self._timer_cancelled_count -= 1
-            return
         timers = self._timers
-        while scheduled:
-            when = scheduled[0]
-            entry = timers[when]
-            if type(entry) is list:
-                live = [h for h in entry if not h._cancelled]
-                dropped = len(entry) - len(live)
-                for h in entry:
-                    if h._cancelled:
-                        h._scheduled = False
-                self._timer_cancelled_count -= dropped
-                if live:
-                    timers[when] = live if len(live) > 1 else live[0]
-                    return
-            else:
-                if not entry._cancelled:
-                    return
-                entry._scheduled = False
-                self._timer_cancelled_count -= 1
+        while scheduled and scheduled[0] not in timers:
             heappop(scheduled)
-            del timers[when]
+            self._timer_cancelled_count -= 1
 
     def _compact_timers(self):
-        """Rebuild the heap without its cancelled timers.
+        """Interpreted: rebuild the heap from the deadlines of live timers.
 
-        Entries are told apart by ``type()``, not ``__class__``: compiled, a
-        timer's ``__class__`` is a property (its asyncio view), which cost
-        the timer-churn row 6% of its instructions here.
+        In place: the run loop holds the heap, and a cancel() in a callback
+        comes here.  Each deadline of the table once: a deadline can be in the
+        heap twice, a cancelled timer's and a later one's.
         """
-        if cython.compiled:
-            kept = self._scheduled
-            n = len(kept)
-            k = 0
-            i = 0
-            while i < n:
-                timer = kept[i]
-                i += 1
-                if timer._cancelled:
-                    timer._scheduled = False
-                else:
-                    kept[k] = timer
-                    k += 1
-            del kept[k:]
-            heapify(kept)
-            self._timer_cancelled_count = 0
-            return kept
-        kept = []
-        timers = self._timers
-        for when in self._scheduled:
-            entry = timers[when]
-            if type(entry) is list:
-                live = []
-                for timer in entry:
-                    if timer._cancelled:
-                        timer._scheduled = False
-                    else:
-                        live.append(timer)
-                if live:
-                    timers[when] = live if len(live) > 1 else live[0]
-                    kept.append(when)
-                else:
-                    del timers[when]
-            else:
-                timer = entry
-                if timer._cancelled:
-                    timer._scheduled = False
-                    del timers[when]
-                else:
-                    kept.append(when)
+        kept = list(self._timers)
         heapq.heapify(kept)
+        self._scheduled[:] = kept
         self._timer_cancelled_count = 0
-        return kept
 
     # -- the timer table, for the rest of the loop -------------------------------
     # The two builds keep timers differently (see timerheap.earlier); these are the
@@ -1915,11 +1862,9 @@ class CoreLoop:
                 else:
                     groups.append((timer._when, [timer]))
             return groups
-        timers = self._timers
         return [
             (when, list(entry) if type(entry) is list else [entry])
-            for when in sorted(self._scheduled)
-            for entry in (timers[when],)
+            for when, entry in sorted(self._timers.items(), key=_deadline_of_item)
         ]
 
     def _timer_count(self) -> int:
@@ -1951,6 +1896,7 @@ class CoreLoop:
                 timer._scheduled = False
         self._scheduled.clear()
         self._timers.clear()
+        self._timer_cancelled_count = 0
         if self._tie_index is not None:
             self._tie_index.clear()
 
@@ -1978,8 +1924,7 @@ class CoreLoop:
                     self._tie_index[group[0]._deadline] = group
             return
         timers: dict[Any, Any] = {}
-        for when in sorted(self._scheduled):
-            entry = self._timers[when]
+        for when, entry in sorted(self._timers.items(), key=_deadline_of_item):
             handles = entry if type(entry) is list else [entry]
             for handle in handles:
                 handle._when = when + delta
@@ -1991,6 +1936,7 @@ class CoreLoop:
                 timers[when + delta] = previous + handles
         self._timers = timers
         self._scheduled = sorted(timers)
+        self._timer_cancelled_count = 0
 
     # -- timer_ties: a seeded loop's order of timers of one deadline ---------------
 
@@ -2099,6 +2045,11 @@ def _any_scheduled(timers: list[Any]) -> bool:
         if timer._scheduled:
             return True
     return False
+
+
+def _deadline_of_item(item: tuple[Any, Any]) -> Any:
+    """A sort key of the interpreted deadline table's items: the deadline alone."""
+    return item[0]
 
 
 def _firing_order(timer: Any) -> Any:
