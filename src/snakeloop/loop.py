@@ -61,6 +61,7 @@ from .debug import DebugMixin, debug_from_environment
 from .dns import DnsMixin
 from .errors import ExceptionHandlingMixin
 from .executors import Executors
+from .loopoptions import EPOCH_NEEDS_VIRTUAL_TIME, LoopOptions
 from .offload import OffloadMixin
 from .pipes import PipesMixin
 from .sendfile import SendfileMixin
@@ -92,14 +93,6 @@ _ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
 
 logger = logging.getLogger("asyncio")
 
-# Which Future and Task a loop makes when ``stdlib_futures`` is not given.  From 3.14
-# asyncio's own tools read tasks that only its C Task can be: ``python -m asyncio ps`` and
-# ``pstree`` walk the C tasks of a live process's memory, and gather, shield and TaskGroup
-# record who awaits whom (``future_add_to_awaited_by``) on C futures alone.  So from
-# 3.14 a loop makes asyncio's C Future and Task by default, and snakeloop's own with
-# ``stdlib_futures=False`` (docs/design.md, "Which tasks a loop makes").
-STDLIB_FUTURES_BY_DEFAULT = sys.version_info >= (3, 14)
-
 # 3.13.0 names a factory-made task with set_name(name) even when name is
 # None (so the task is called "None"); 3.11, 3.12 and later 3.13 releases
 # only set a name that was given.
@@ -108,15 +101,6 @@ _SET_NAME_ALWAYS = sys.version_info[:3] == (3, 13, 0)
 # A task without __init__ (create_task calls Task._setup itself): object.__new__
 # interpreted; compiled, Task's own, since object's refuses a C type.
 _new_task = Task.__new__
-
-IO_LATENCY_NEEDS_VIRTUAL_TIME = (
-    "perturb 'io_latency' delays readiness by virtual seconds: give the loop a VirtualClock, "
-    "or leave 'io_latency' out"
-)
-EPOCH_NEEDS_VIRTUAL_TIME = (
-    "perturb 'epoch' draws where virtual time starts: give the loop a VirtualClock, "
-    "or leave 'epoch' out"
-)
 
 # What _stopping holds while the loop must leave _run_iterations and enter it
 # again, without stopping, because something it binds once at its start
@@ -131,9 +115,6 @@ class _TimeProperty(property):
     def __call__(self, loop: CoreLoop) -> float:
         return CoreLoop.time(loop)  # type: ignore[no-any-return]
 
-
-# What Loop(on_deadlock=...) takes (see snakeloop.deadlock).
-DEADLOCK_MODES = ("raise", "log", "ignore")
 
 # Virtual time, the census and the reports (virtualtime, deadlock, pending,
 # insight) are imported when first needed: a production loop never needs
@@ -324,64 +305,21 @@ class Loop(
         instruments: Iterable[Any] | None = None,
         log_slow_callbacks: bool | None = None,
     ) -> None:
-        from .metrics import metrics_mode, slow_callback_logging
-
         for name, value in _SLOT_DEFAULTS.items():
             setattr(self, name, value)
-        metrics_on = metrics_mode(metrics)
-        log_slow = slow_callback_logging(log_slow_callbacks)
-        if on_deadlock is None:
-            on_deadlock = os.environ.get("SNAKELOOP_DEADLOCK") or None  # type: ignore[assignment]
-        if on_deadlock is not None and on_deadlock not in DEADLOCK_MODES:
-            raise ValueError(
-                f"on_deadlock must be 'raise', 'log' or 'ignore' (or the environment "
-                f"variable SNAKELOOP_DEADLOCK unset), got {on_deadlock!r}"
-            )
-        if clock is not None:
-            # Before any fd is opened: a refused clock leaves nothing to close.
-            check = getattr(clock, "_check_attachable", None)
-            if check is not None:
-                check(self)
-        schedule = None
-        recording = None
-        if replay is not None:
-            from .tracefile import Recording
-
-            if isinstance(replay, Recording):
-                recording = replay
-        if recording is not None:
-            # A trace file's recording: the seed and perturbation are the recording's.
-            from .perturbation import IMPLEMENTED
-            from .seeding import parse_perturb, parse_seed
-
-            recording.check_options(
-                None if seed is None else parse_seed(seed),
-                None if perturb is None else parse_perturb(perturb, available=IMPLEMENTED),
-            )
-            schedule = recording.schedule(trace)
-            recording.warn_if_environment_differs(stacklevel=3)
-        elif seed is not None:
-            from .perturbation import IMPLEMENTED
-            from .seeding import Schedule, parse_perturb, parse_seed
-
-            schedule = Schedule(
-                parse_seed(seed),
-                parse_perturb(perturb, available=IMPLEMENTED),
-                trace,
-                None if replay is None else list(replay),
-            )
-        elif replay is not None:
-            raise ValueError("replay= needs seed=: give the seed of the run that was recorded")
-        elif perturb is not None:
-            raise ValueError(
-                "perturb= needs seed=: the seed is what makes a perturbed run replayable"
-            )
-        if schedule is not None and not getattr(clock, "is_virtual", False):
-            # Before any fd is opened: a refused loop leaves nothing to close.
-            if "epoch" in schedule.perturbation:
-                raise ValueError(EPOCH_NEEDS_VIRTUAL_TIME)
-            if "io_latency" in schedule.perturbation:
-                raise ValueError(IO_LATENCY_NEEDS_VIRTUAL_TIME)
+        options = LoopOptions(
+            self,
+            clock=clock,
+            stdlib_futures=stdlib_futures,
+            on_deadlock=on_deadlock,
+            seed=seed,
+            perturb=perturb,
+            trace=trace,
+            replay=replay,
+            metrics=metrics,
+            log_slow_callbacks=log_slow_callbacks,
+        )
+        schedule = options.schedule
         if io_backend is None:
             # Opened only once every option is accepted: a refused loop leaves no epoll fd
             # behind for the collector to close (PyPy's runs late, and the next fds opened
@@ -390,68 +328,20 @@ class Loop(
             io_backend = default_backend(EpollWait if COMPILED else None)
         CoreLoop.__init__(self, MonotonicClock(), io_backend, Waker())
         self._unwrapped_poll = self._poll
-        self._on_deadlock = on_deadlock
+        self._on_deadlock = options.on_deadlock
         self._deadlock_logged = False
         self._schedule = schedule
         self._base_poll: Callable[[float | None], Any] = io_backend.poll
         if schedule is not None:
-            from .perturbation import PerturbedPoll
-
-            self._skip_polls_after_polls = False
-            perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
-            self._perturbed = perturbed
-            self._base_poll = perturbed.poll
-            if "io_latency" in schedule.perturbation:
-                from .perturbation import IoLatency
-
-                latency: Any = schedule.perturbation["io_latency"]  # (lo, hi): parse_perturb
-                perturbed.latency = IoLatency(schedule, self.call_later, *latency)
-            if "threadsafe" in schedule.perturbation:
-                from .inbox import Inbox
-                from .perturbation import PollEveryIteration
-
-                self._threadsafe_inbox = perturbed.inbox = Inbox(schedule, self._queue_ready)
-                # Other threads' calls reach the ready queue only at a poll, so a loop
-                # that always has callbacks ready must still poll, as asyncio's does.
-                self._internal_readers = PollEveryIteration(self._internal_readers)
-            if "signals" in schedule.perturbation:
-                from .inbox import Inbox
-
-                self._signal_inbox = Inbox(schedule, self._queue_ready, "signals")
-                perturbed.signal_inbox = self._signal_inbox
-            if "timer_ties" in schedule.perturbation:
-                # In front of the core's method, on this loop only: an
-                # unseeded loop's call_later pays nothing.
-                self._tie_stream = schedule.stream("timer_ties")
-                self._timer_ties = self._choose_tie_place
-            if "timer_delay" in schedule.perturbation:
-                from .perturbation import PollEveryIteration, TimerDelay
-
-                perturbed.timer_delay = TimerDelay(
-                    schedule, self._callbacks_before_due_timers, self._hold_due_timers
-                )
-                if not isinstance(self._internal_readers, PollEveryIteration):
-                    self._internal_readers = PollEveryIteration(self._internal_readers)
-            if "chunking" in schedule.perturbation:
-                from .chunking import Chunking
-
-                # Stream transports pick their chunked readers from this;
-                # sock_recv and sock_recv_into are replaced on this loop only.
-                self._chunking = Chunking(schedule, perturbed)
-                self.__dict__["sock_recv"] = self._sock_recv_chunked
-                self.__dict__["sock_recv_into"] = self._sock_recv_into_chunked
-            if "chunking_writes" in schedule.perturbation:
-                from .chunking import WriteChunking
-
-                # Stream transports send through a capped view of their socket.
-                self._write_chunking = WriteChunking(schedule, perturbed)
-                self.__dict__["sock_sendall"] = self._sock_sendall_chunked
+            self._apply_perturbations(schedule, io_backend)
         self.set_clock(MonotonicClock() if clock is None else clock)
-        self._counters.timed = bool(metrics_on)
-        if metrics_on:
+        self._counters.timed = bool(options.metrics)
+        if options.metrics:
             from .metrics.recorder import MetricsRecorder
 
-            self._metrics_recorder = MetricsRecorder(self, metrics_on, log_slow)
+            self._metrics_recorder = MetricsRecorder(
+                self, options.metrics, options.log_slow_callbacks
+            )
             self._on_slow_stretch = self._metrics_recorder.on_slow_stretch
         self._debug = debug_from_environment()
         self._refresh_plain_ready()
@@ -466,9 +356,7 @@ class Loop(
         # time, which the type checker does not know.
         self._future_class: Any
         self._task_class: Any
-        if stdlib_futures is None:
-            stdlib_futures = STDLIB_FUTURES_BY_DEFAULT
-        if stdlib_futures:
+        if options.stdlib_futures:
             # Whatever asyncio.futures.Future and asyncio.tasks.Task are at each
             # call, as asyncio's loop makes them (see _core.runloop._ASYNCIOS).
             self._future_class = self._task_class = ASYNCIOS
@@ -484,6 +372,60 @@ class Loop(
         forking.track(self)
         for instrument in instruments or ():
             self.add_instrument(instrument)
+
+    def _apply_perturbations(self, schedule: Any, io_backend: IOBackend) -> None:
+        """Put a seeded loop's perturbations in front of the parts they perturb."""
+        from .perturbation import PerturbedPoll
+
+        self._skip_polls_after_polls = False
+        perturbed = PerturbedPoll(io_backend.poll, schedule, self._is_internal_fd)
+        self._perturbed = perturbed
+        self._base_poll = perturbed.poll
+        if "io_latency" in schedule.perturbation:
+            from .perturbation import IoLatency
+
+            latency: Any = schedule.perturbation["io_latency"]  # (lo, hi): parse_perturb
+            perturbed.latency = IoLatency(schedule, self.call_later, *latency)
+        if "threadsafe" in schedule.perturbation:
+            from .inbox import Inbox
+            from .perturbation import PollEveryIteration
+
+            self._threadsafe_inbox = perturbed.inbox = Inbox(schedule, self._queue_ready)
+            # Other threads' calls reach the ready queue only at a poll, so a loop
+            # that always has callbacks ready must still poll, as asyncio's does.
+            self._internal_readers = PollEveryIteration(self._internal_readers)
+        if "signals" in schedule.perturbation:
+            from .inbox import Inbox
+
+            self._signal_inbox = Inbox(schedule, self._queue_ready, "signals")
+            perturbed.signal_inbox = self._signal_inbox
+        if "timer_ties" in schedule.perturbation:
+            # In front of the core's method, on this loop only: an
+            # unseeded loop's call_later pays nothing.
+            self._tie_stream = schedule.stream("timer_ties")
+            self._timer_ties = self._choose_tie_place
+        if "timer_delay" in schedule.perturbation:
+            from .perturbation import PollEveryIteration, TimerDelay
+
+            perturbed.timer_delay = TimerDelay(
+                schedule, self._callbacks_before_due_timers, self._hold_due_timers
+            )
+            if not isinstance(self._internal_readers, PollEveryIteration):
+                self._internal_readers = PollEveryIteration(self._internal_readers)
+        if "chunking" in schedule.perturbation:
+            from .chunking import Chunking
+
+            # Stream transports pick their chunked readers from this;
+            # sock_recv and sock_recv_into are replaced on this loop only.
+            self._chunking = Chunking(schedule, perturbed)
+            self.__dict__["sock_recv"] = self._sock_recv_chunked
+            self.__dict__["sock_recv_into"] = self._sock_recv_into_chunked
+        if "chunking_writes" in schedule.perturbation:
+            from .chunking import WriteChunking
+
+            # Stream transports send through a capped view of their socket.
+            self._write_chunking = WriteChunking(schedule, perturbed)
+            self.__dict__["sock_sendall"] = self._sock_sendall_chunked
 
     def __repr__(self) -> str:
         return (

@@ -7,9 +7,10 @@ module from the same source: attributes are declared in ``__init__`` under
 
 One iteration (``_run_once``) is:
 
-1. drop cancelled timers from the top of the heap, or rebuild the heap when
-   more than half of it is cancelled (interpreted: compiled, ``cancel()``
-   takes a timer out of the heap at once, see ``timerheap.heap_remove``);
+1. interpreted, drop the deadlines of cancelled timers from the top of the
+   heap (``cancel()`` took the timer out of ``_timers``, and rebuilt the heap
+   when more than half of it was such deadlines); compiled, there are none:
+   ``cancel()`` takes a timer out of the heap at once (``timerheap.heap_remove``);
 2. choose the poll timeout: 0 if callbacks are ready or the loop is
    stopping, else the time to the earliest timer, else block;
 3. poll the OS and queue the callbacks of the ready fds.  When callbacks are
