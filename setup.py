@@ -38,6 +38,7 @@ COMPILED_MODULES = [
     "snakeloop._core.handles",
     "snakeloop._core.futures",
     "snakeloop._core.timerheap",
+    "snakeloop._core.suspension",
     "snakeloop._core.runloop",
     "snakeloop._core.counters",
     "snakeloop.transports.socketbase",

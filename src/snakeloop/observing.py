@@ -29,7 +29,8 @@ import logging
 from typing import Any
 
 from ._core.handles import context_of
-from ._core.runloop import _as_handle, format_handle, suspension_of
+from ._core.runloop import _as_handle, format_handle
+from ._core.suspension import suspension_of
 from ._insight.steps import (
     LIBRARY_FILES,
     SNAKE_TASK_STEP,

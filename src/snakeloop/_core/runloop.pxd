@@ -80,6 +80,7 @@ from snakeloop._core.timerheap cimport (
     index_heap,
 )
 from snakeloop._core.epollwait cimport snakeloop_epoll_events, epoll_wait_list
+from snakeloop._core.suspension cimport suspension_of
 from snakeloop._core.readyqueue cimport learn_deque, queue_append, queue_popleft
 
 
@@ -191,14 +192,8 @@ cdef TimerHandle _new_timer(object when, object callback, object args, CoreLoop 
 
 cdef inline _run_live_handle(Handle handle)
 
-cdef inline bint _in_library(object filename, dict library_files, object judge) except -1
-
-@cython.locals(chain=list, depth=Py_ssize_t)
-cpdef list suspension_of(object task, dict library_files, object judge, bint before_step=*)
-cdef object _CoroutineType, _GeneratorType, _MethodType, _FunctionType
+cdef object _MethodType, _FunctionType
 cdef object _OMITTED, _C_TASK, _ASYNCIOS
-cdef Py_ssize_t _MAX_SUSPENSION_DEPTH
-cdef bint _TELLS_SUSPENDED
 
 cdef Py_ssize_t _STRETCH_CALLBACKS
 cdef double _COARSE_STEP

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from .._core.futures import Task as _SnakeTask
-from .._core.runloop import suspension_of
+from .._core.suspension import suspension_of
 from .frames import _STDLIB, short_path
 
 _STEP_FUNCTIONS = frozenset(
