@@ -73,8 +73,14 @@ cdef class Task(Future):
     cdef public object _coro
     cdef public object _context
 
-    @cython.locals(fut=Future, returned=bint)
-    cdef _step_now(self, object exc)
+    @cython.locals(returned=bint)
+    cdef _step_now(self, object exc=*)
+
+
+# The two outcomes of a step that follow the send, in C inline in Task._step_now.
+cdef inline _task_returned(Task task, object loop, object result)
+@cython.locals(fut=Future)
+cdef inline _task_awaits_own(Task task, object loop, object result)
 
 
 # Module constants the hot methods read, as C globals: looked up by name, each

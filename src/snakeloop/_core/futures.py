@@ -841,225 +841,81 @@ class Task(Future[_T]):
         # task, which holds the error.
         self = prev_task = hooks = None
 
-    # _step comes in two builds.  The pure one learns that the coroutine
-    # returned from the StopIteration that coro.send() raises.  Compiled, that
-    # exception costs a task about 3000 instructions (made, raised, traced and
-    # caught), so it sends with PyIter_Send (coro_send, futures.pxd), which
-    # returns a status instead; any other coroutine type, and throw(), still
-    # go through the methods.  What follows the send is the same in both: a
-    # test of the build in one shared copy would cost the pure build on every
-    # step.  Both builds run every test.
+    @cython.locals(returned="bint")
+    def _step_now(self, exc=None):
+        """One step of the coroutine, then what its return or its yield asks for.
+
+        Compiled, a C method (``_wakeup`` calls it without looking ``_step`` up
+        and binding it: about 350 instructions per wakeup), and a native
+        coroutine is sent to with PyIter_Send (``coro_send``, futures.pxd), which
+        returns a status: the StopIteration of ``coro.send()`` costs a task about
+        3000 instructions (made, raised, traced and caught).  Interpreted, and
+        for any other coroutine or a throw, the return is that StopIteration.
+        """
+        state = self._state
+        if state != _PENDING:
+            raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
+        if self._must_cancel:
+            if not isinstance(exc, _CancelledError):
+                exc = self._make_cancelled_error()
+            self._must_cancel = False
+        self._fut_waiter = None
+        loop = self._loop
+        _enter_task(loop, self)
+        returned = False
+        try:
+            coro = self._coro
+            if cython.compiled and exc is None and is_native_coroutine(coro):
+                result = coro_send(coro, cython.address(returned))
+            else:
+                try:
+                    result = coro.send(None) if exc is None else coro.throw(exc)
+                except StopIteration as stop:
+                    result = stop.value
+                    returned = True
+        except _CancelledError as cancelled:
+            self._cancelled_exc = cancelled
+            Future.cancel(self)
+        except (KeyboardInterrupt, SystemExit) as fatal:
+            Future.set_exception(self, fatal)
+            raise
+        except BaseException as error:
+            Future.set_exception(self, error)
+        else:
+            if returned:
+                _task_returned(self, loop, result)
+            elif result is None:
+                # A bare yield (asyncio.sleep(0)): run again next iteration.
+                # plain_queue(loop), written out: the call cost the sleep0 row 5%
+                # more instructions (interpreted).
+                ready = _plain_ready_attr(loop, "_plain_ready", None)
+                if ready is not None:
+                    _append_plain(ready, (_TASK_STEP, self, self._context))
+                else:
+                    context = self._context
+                    loop.call_soon(self._step, context=context)
+            elif type(result) in _OWN_CLASSES:
+                _task_awaits_own(self, loop, result)
+            else:
+                self._handle_yield(result)
+        finally:
+            _leave_task(loop, self)
+            self = None  # break the frame/task cycle on errors
+            exc = None
+
+    # What the ready queue runs.  Interpreted, the step itself: a call between
+    # would cost every step.
     if cython.compiled:
 
         def _step(self, exc=None):
-            """A step of the task (what the ready queue runs): ``_step_now``."""
+            """A step of the task: ``_step_now``."""
             return self._step_now(exc)
 
-        @cython.locals(fut=Future, returned="bint")
-        def _step_now(self, exc):
-            # A C method: _wakeup calls it without looking _step up on the
-            # task and binding it (about 350 instructions per wakeup).
-            state = self._state
-            if state != _PENDING:
-                raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
-            if self._must_cancel:
-                if not isinstance(exc, _CancelledError):
-                    exc = self._make_cancelled_error()
-                self._must_cancel = False
-            self._fut_waiter = None
-            loop = self._loop
-            _enter_task(loop, self)
-            returned = False
-            try:
-                coro = self._coro
-                if exc is None and is_native_coroutine(coro):
-                    result = coro_send(coro, cython.address(returned))
-                else:
-                    try:
-                        result = coro.send(None) if exc is None else coro.throw(exc)
-                    except StopIteration as stop:
-                        result = stop.value
-                        returned = True
-            except _CancelledError as cancelled:
-                self._cancelled_exc = cancelled
-                Future.cancel(self)
-            except (KeyboardInterrupt, SystemExit) as fatal:
-                Future.set_exception(self, fatal)
-                raise
-            except BaseException as error:
-                Future.set_exception(self, error)
-            else:
-                if returned:
-                    if self._must_cancel:
-                        self._must_cancel = False
-                        msg = self._cancel_message
-                        Future.cancel(self, msg=msg)
-                    else:
-                        self._result = result
-                        self._state = _FINISHED
-                        callback0 = self._callback0
-                        ready = None
-                        if callback0 is not None and self._more_callbacks is None:
-                            ready = _plain_ready_attr(loop, "_plain_ready", None)
-                        if ready is not None:
-                            self._callback0 = None
-                            _append_plain(ready, (callback0, self, self._context0))
-                            self._context0 = None
-                        elif callback0 is not None or self._more_callbacks:
-                            self._schedule_callbacks()
-                elif result is None:
-                    ready = _plain_ready_attr(loop, "_plain_ready", None)
-                    if ready is not None:
-                        _append_plain(ready, (_TASK_STEP, self, self._context))
-                    else:
-                        context = self._context
-                        loop.call_soon(self._step, context=context)
-                elif type(result) in _OWN_CLASSES:
-                    fut = result
-                    if not fut._asyncio_future_blocking:
-                        self._handle_yield(result)
-                    elif fut._loop is not loop:
-                        self._reschedule_with_error(
-                            RuntimeError(
-                                f"Task {self!r} got Future {fut!r} attached to a different loop"
-                            )
-                        )
-                    elif fut is self:
-                        self._reschedule_with_error(
-                            RuntimeError(f"Task cannot await on itself: {self!r}")
-                        )
-                    else:
-                        fut._asyncio_future_blocking = False
-                        state = fut._state
-                        if state == _PENDING:
-                            if fut._callback0 is None and fut._more_callbacks is None:
-                                fut._callback0 = self._wakeup
-                                fut._context0 = self._context
-                            else:
-                                context = self._context
-                                fut.add_done_callback(self._wakeup, context=context)
-                        else:
-                            context = self._context
-                            _schedule(loop, self._wakeup, fut, context)
-                        self._fut_waiter = fut
-                        if self._must_cancel:
-                            msg = self._cancel_message
-                            if fut.cancel(msg=msg):
-                                self._must_cancel = False
-                else:
-                    self._handle_yield(result)
-            finally:
-                _leave_task(loop, self)
-                self = None  # break the frame/task cycle on errors
-                exc = None
-
     else:
-
-        @cython.locals(fut=Future)
-        def _step(self, exc=None):
-            # One step of the coroutine, and what its yield asks for.  This runs
-            # once per task switch: the common outcomes (awaiting one of our own
-            # futures, a bare yield) are handled inline.  Such a future is ``fut``,
-            # typed when compiled: its fields are then read and set in C, not
-            # looked up by name (a quarter of the spawn row's step cost there).
-            state = self._state
-            if state != _PENDING:
-                raise _InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
-            if self._must_cancel:
-                if not isinstance(exc, _CancelledError):
-                    exc = self._make_cancelled_error()
-                self._must_cancel = False
-            self._fut_waiter = None
-            loop = self._loop
-            _enter_task(loop, self)
-            try:
-                result = self._coro.send(None) if exc is None else self._coro.throw(exc)
-            except StopIteration as stop:
-                if self._must_cancel:
-                    self._must_cancel = False
-                    msg = self._cancel_message
-                    Future.cancel(self, msg=msg)
-                else:
-                    # Future.set_result without its state check: a task only
-                    # becomes done here, so it is still pending.
-                    self._result = stop.value
-                    self._state = _FINISHED
-                    callback0 = self._callback0
-                    ready = None
-                    if callback0 is not None and self._more_callbacks is None:
-                        ready = _plain_ready_attr(loop, "_plain_ready", None)
-                    if ready is not None:
-                        # The common case of _schedule_callbacks (one waiter, on
-                        # a snakeloop loop) with plain_queue(loop), written out:
-                        # the two calls cost the spawn row 5% more instructions
-                        # and gather 4%.
-                        self._callback0 = None
-                        ready.append((callback0, self, self._context0))
-                        self._context0 = None
-                    elif callback0 is not None or self._more_callbacks:
-                        self._schedule_callbacks()
-            except _CancelledError as cancelled:
-                self._cancelled_exc = cancelled
-                Future.cancel(self)
-            except (KeyboardInterrupt, SystemExit) as fatal:
-                Future.set_exception(self, fatal)
-                raise
-            except BaseException as error:
-                Future.set_exception(self, error)
-            else:
-                if result is None:
-                    # A bare yield (asyncio.sleep(0)): run again next iteration.
-                    # plain_queue(loop), written out: the call cost the sleep0
-                    # row 5% more instructions.  Like the one above, it is
-                    # checked only where it is needed, not on every step.
-                    ready = _plain_ready_attr(loop, "_plain_ready", None)
-                    if ready is not None:
-                        ready.append((_TASK_STEP, self, self._context))
-                    else:
-                        context = self._context
-                        loop.call_soon(self._step, context=context)
-                elif type(result) in _OWN_CLASSES:
-                    fut = result
-                    if not fut._asyncio_future_blocking:
-                        self._handle_yield(result)
-                    elif fut._loop is not loop:
-                        self._reschedule_with_error(
-                            RuntimeError(
-                                f"Task {self!r} got Future {fut!r} attached to a different loop"
-                            )
-                        )
-                    elif fut is self:
-                        self._reschedule_with_error(
-                            RuntimeError(f"Task cannot await on itself: {self!r}")
-                        )
-                    else:
-                        fut._asyncio_future_blocking = False
-                        state = fut._state
-                        if state == _PENDING:
-                            # add_done_callback, written out for the common case.
-                            if fut._callback0 is None and fut._more_callbacks is None:
-                                fut._callback0 = self._wakeup
-                                fut._context0 = self._context
-                            else:
-                                context = self._context
-                                fut.add_done_callback(self._wakeup, context=context)
-                        else:
-                            context = self._context
-                            _schedule(loop, self._wakeup, fut, context)
-                        self._fut_waiter = fut
-                        if self._must_cancel:
-                            msg = self._cancel_message
-                            if fut.cancel(msg=msg):
-                                self._must_cancel = False
-                else:
-                    self._handle_yield(result)
-            finally:
-                _leave_task(loop, self)
-                self = None  # break the frame/task cycle on errors
-                exc = None
-
-        # What _wakeup calls: compiled, the step as a C method; here, _step.
-        _step_now = _step
+        _step = _step_now
+        # Named as asyncio's and the compiled build's, in a handle's repr.
+        _step.__name__ = "_step"
+        _step.__qualname__ = "Task._step"
 
     def _reschedule_with_error(self, exc):
         loop = self._loop
@@ -1132,6 +988,68 @@ class Task(Future[_T]):
 Task._wakeup.__qualname__ = getattr(
     getattr(_aio_tasks.Task, "_Task__wakeup", None), "__qualname__", "Task.task_wakeup"
 )
+
+
+def _task_returned(task, loop, result):
+    """A task's coroutine returned ``result``: the task is done (or cancelled)."""
+    if task._must_cancel:
+        task._must_cancel = False
+        msg = task._cancel_message
+        Future.cancel(task, msg=msg)
+        return
+    # Future.set_result without its state check: a task only becomes done
+    # here, so it is still pending.
+    task._result = result
+    task._state = _FINISHED
+    callback0 = task._callback0
+    ready = None
+    if callback0 is not None and task._more_callbacks is None:
+        ready = _plain_ready_attr(loop, "_plain_ready", None)
+    if ready is not None:
+        # The common case of _schedule_callbacks (one waiter, on a snakeloop
+        # loop) with plain_queue(loop), written out: the two calls cost the
+        # spawn row 5% more instructions and gather 4% (interpreted).
+        task._callback0 = None
+        _append_plain(ready, (callback0, task, task._context0))
+        task._context0 = None
+    elif callback0 is not None or task._more_callbacks:
+        task._schedule_callbacks()
+
+
+def _task_awaits_own(task, loop, result):
+    """A task's coroutine yielded ``result``, a snakeloop Future or Task.
+
+    Its fields are read and set in C when compiled (``fut`` is typed), not
+    looked up by name: a quarter of the spawn row's step cost there.
+    """
+    fut = result
+    if not fut._asyncio_future_blocking:
+        task._handle_yield(result)
+    elif fut._loop is not loop:
+        task._reschedule_with_error(
+            RuntimeError(f"Task {task!r} got Future {fut!r} attached to a different loop")
+        )
+    elif fut is task:
+        task._reschedule_with_error(RuntimeError(f"Task cannot await on itself: {task!r}"))
+    else:
+        fut._asyncio_future_blocking = False
+        if fut._state == _PENDING:
+            # add_done_callback, written out for the common case.
+            if fut._callback0 is None and fut._more_callbacks is None:
+                fut._callback0 = task._wakeup
+                fut._context0 = task._context
+            else:
+                context = task._context
+                fut.add_done_callback(task._wakeup, context=context)
+        else:
+            context = task._context
+            _schedule(loop, task._wakeup, fut, context)
+        task._fut_waiter = fut
+        if task._must_cancel:
+            msg = task._cancel_message
+            if fut.cancel(msg=msg):
+                task._must_cancel = False
+
 
 _OWN_CLASSES = frozenset((Future, Task))
 
