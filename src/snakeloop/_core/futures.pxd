@@ -90,6 +90,7 @@ cdef object _PENDING, _CANCELLED, _FINISHED
 cdef object _CancelledError, _InvalidStateError
 cdef object _register_task, _enter_task, _leave_task
 cdef object _OWN_CLASSES, _TASK_STEP
+cdef bint _SEND_NATIVE
 cdef unsigned long long _tasks_named
 
 cdef inline object _copy_context()
