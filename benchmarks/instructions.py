@@ -19,7 +19,9 @@ name may end in ``+C`` (``stdlib_futures=True``: asyncio's C Future and Task) or
 ``--only echo-protocol,echo-streams,echo-udp`` adds three rows that the default leaves
 out: the server's instructions per 1 KiB round trip of an echo over one TCP
 connection, and per 1 KiB datagram echoed to 50 UDP sockets, loaded by a client in
-another process (not counted).
+another process (not counted).  ``--only echo-idle,echo-idle-timers`` counts the
+protocol echo among 10,000 idle connections, without and with an idle-timeout timer
+per connection re-armed by each request (benchmarks.scale's ``timers`` kind).
 
 Traps: the timer-churn row batches its timers by how fast the loop runs, so its
 count under valgrind is not the one the timed run sees (compare builds of one loop
@@ -219,6 +221,64 @@ def _echo_udp(loop, scale):
     return rounds, 0.0
 
 
+# The echo among idle connections (issue 33, item 4): IDLE connections held open by a
+# process of benchmarks.scale's, after one round trip each, then the echo client's
+# rounds on a connection of its own.  With ``timers``, the server's protocol is
+# benchmarks.net's idle-timeout echo: every connection holds a timer an hour away and
+# each request re-arms its own, so the pair of rows says what the pending timers and
+# the re-arming cost a request, as a count where benchmarks.scale's CPU time moves by
+# tens of percent between runs.  The connections' set-up is the same at both sizes,
+# so the difference of the two counts leaves it out.
+IDLE = 10_000
+
+
+def _echo_among_idle(timers: bool):
+    def echo(loop, scale):
+        from .net import EchoProtocol, IdleTimeoutEchoProtocol
+        from .scale import FD_MARGIN, raise_file_limit
+
+        if raise_file_limit(IDLE + FD_MARGIN) < IDLE + FD_MARGIN:
+            raise SystemExit(f"the server may not open {IDLE} files here")
+        rounds = int(10_000 * scale)
+        protocol = IdleTimeoutEchoProtocol if timers else EchoProtocol
+
+        async def main():
+            server = await loop.create_server(protocol, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            # A source address no earlier run used: the ports of a closed run's
+            # connections stay in TIME_WAIT, and a connect then searches for a free
+            # one (benchmarks.scale's docstring).
+            pid = os.getpid()
+            source = f"127.{2 + pid // 62_500 % 200}.{pid // 250 % 250}.{pid % 250 + 1}"
+            hold = ["-m", "benchmarks.scale", "--hold", str(port), str(IDLE), source]
+            holder = await asyncio.create_subprocess_exec(
+                sys.executable,
+                *hold,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                cwd=REPO,
+            )
+            try:
+                assert await holder.stdout.readline() == b"ready\n"
+                holder.stdin.write(b"go\n")
+                assert await holder.stdout.readline() == b"held\n"
+                client = await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", _ECHO_CLIENT, str(port), str(rounds)
+                )
+                if await client.wait():
+                    raise RuntimeError("the echo client failed")
+            finally:
+                holder.stdin.close()
+                await holder.wait()
+                server.close()
+                await server.wait_closed()
+
+        loop.run_until_complete(main())
+        return rounds, 0.0
+
+    return echo
+
+
 # Server-side instructions per 1 KiB round trip: on one TCP connection, a Protocol
 # that writes back what it receives and asyncio streams (read, write, drain); and
 # per datagram echoed by a DatagramProtocol to UDP_CLIENTS sockets.
@@ -226,6 +286,8 @@ ECHO_WORKLOADS = {
     "echo-protocol": _echo(streams=False),
     "echo-streams": _echo(streams=True),
     "echo-udp": _echo_udp,
+    "echo-idle": _echo_among_idle(timers=False),
+    "echo-idle-timers": _echo_among_idle(timers=True),
 }
 
 
