@@ -254,6 +254,20 @@ def test_a_replay_where_strings_hash_otherwise_warns(tmp_path):
     quiet_run(echo, replay=recording)
 
 
+def test_a_replay_warning_names_the_line_that_made_the_loop():
+    recorded, _ = run(echo, seed=7)
+    other = dataclasses.replace(tracefile.record(recorded), python="3.9.1")
+    for make in (snakeloop.Loop, snakeloop.new_event_loop):
+        with pytest.warns(ReplayEnvironmentWarning) as caught:
+            line = sys._getframe().f_lineno + 1
+            loop = make(replay=other)
+        try:
+            loop.run_until_complete(echo())
+        finally:
+            loop.close()
+        assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)], make
+
+
 # -- python -m snakeloop --trace / --replay ------------------------------------------------
 
 

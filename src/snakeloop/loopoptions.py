@@ -130,7 +130,7 @@ def _schedule(
             None if perturb is None else parse_perturb(perturb, available=IMPLEMENTED),
         )
         schedule: Schedule = recording.schedule(trace)
-        recording.warn_if_environment_differs(stacklevel=5)
+        recording.warn_if_environment_differs()
         return schedule
     if seed is not None:
         from .perturbation import IMPLEMENTED

@@ -165,14 +165,16 @@ class Recording:
             )
         return differences
 
-    def warn_if_environment_differs(self, stacklevel: int = 2) -> None:
-        """Warn ``ReplayEnvironmentWarning`` when ``environment_differences()`` finds any."""
+    def warn_if_environment_differs(self) -> None:
+        """Warn ``ReplayEnvironmentWarning`` when ``environment_differences()`` finds any,
+        naming the first line outside snakeloop (the user's ``Loop(replay=...)`` or
+        ``new_event_loop(replay=...)``, whichever way the loop was made)."""
         differences = self.environment_differences()
         if differences:
             warnings.warn(
                 f"snakeloop: replay of seed {self.seed} may diverge: " + "; ".join(differences),
                 ReplayEnvironmentWarning,
-                stacklevel=stacklevel + 1,
+                stacklevel=_level_outside_package(),
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -355,3 +357,17 @@ def _str(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{value!r} is not text")
     return value
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _level_outside_package() -> int:
+    """The ``stacklevel`` that makes a warning raised by this function's caller name the
+    first frame whose code is not snakeloop's."""
+    level = 1
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
