@@ -27,15 +27,12 @@ def debug_from_environment() -> bool:
 
 
 class DebugMixin(LoopMixinBase):
-    """``get_debug``/``set_debug`` and coroutine-origin tracking."""
+    """``set_debug`` and coroutine-origin tracking (``get_debug`` is the core loop's)."""
 
     _debug: bool  # the core loop's flag; this mixin is the one that sets it
 
     _origin_tracking_enabled = False
     _origin_tracking_saved_depth = 0
-
-    def get_debug(self) -> bool:
-        return self._debug
 
     def set_debug(self, enabled: bool) -> None:
         self._debug = enabled
