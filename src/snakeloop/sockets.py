@@ -87,6 +87,24 @@ def _recvfrom(loop, sock, n):
     return sock.recvfrom(n)
 
 
+def _recv_into(loop, sock, buf):
+    return sock.recv_into(buf)
+
+
+def _recvfrom_into(loop, sock, buf, nbytes):
+    return sock.recvfrom_into(buf, nbytes)
+
+
+def _sendto(loop, sock, data, address):
+    return sock.sendto(data, address)
+
+
+def _accept(loop, sock):
+    conn, address = sock.accept()
+    conn.setblocking(False)
+    return conn, address
+
+
 def check_ssl_socket(sock: socket.socket) -> None:
     """Refuse an ``ssl.SSLSocket``: its I/O does not map to readiness."""
     # If the ssl module was never imported, no SSLSocket can exist.
@@ -171,15 +189,42 @@ class SocketMixin(LoopMixinBase):
         else:
             fut.set_exception(exc)
 
+    def _retry(self, fut, fd, finished, operation, sock, *args):
+        """Try ``operation(self, sock, *args)`` again, now that ``fd`` is ready.
+
+        The operations (``_recv`` & co. above) look the socket's method up on
+        every attempt: code (CPython's tests among it) may replace a socket's
+        method while a call waits, and a bound method captured at registration
+        would keep retrying the old one.  ``finished`` is ``_read_finished`` or
+        ``_write_finished``.
+        """
+        if fut.done():
+            return
+        try:
+            result = operation(self, sock, *args)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            finished(fd, fut, None, exc)
+            # The error's traceback keeps this frame, and a future left in it
+            # would make future -> error -> traceback -> frame -> future, a cycle.
+            fut = None
+        else:
+            finished(fd, fut, result, None)
+
+    def _retry_when(self, readable, operation, sock, *args):
+        """Await ``operation(self, sock, *args)``, tried again each time ``sock`` is
+        readable (or, with ``readable`` false, writable)."""
+        if readable:
+            wait, finished = wait_readable, self._read_finished
+        else:
+            wait, finished = wait_writable, self._write_finished
+        fd = sock.fileno()
+        return wait(self, fd, self._retry, self.create_future(), finished, operation, sock, *args)
+
     # -- receiving ------------------------------------------------------------
-    #
-    # Each operation has its own retry callback that looks the socket method
-    # up again on every attempt: code (CPython's tests among it) may replace
-    # a socket's method while a call waits, and a bound method captured at
-    # registration would keep retrying the old one.  A callback whose call
-    # failed drops its ``fut`` after setting the error on it: the error's
-    # traceback keeps the callback's frame, and a future left in it would
-    # make future -> error -> traceback -> frame -> future, a cycle.
 
     async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
@@ -188,24 +233,7 @@ class SocketMixin(LoopMixinBase):
             return _recv(self, sock, n)
         except _RETRY:
             pass
-        return await wait_readable(
-            self, sock.fileno(), self._on_recv, self.create_future(), sock, n
-        )
-
-    def _on_recv(self, fut, fd, sock, n):
-        if fut.done():
-            return
-        try:
-            data = _recv(self, sock, n)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, data, None)
+        return await self._retry_when(True, _recv, sock, n)
 
     async def sock_recv_into(self, sock: socket.socket, buf: WriteableBuffer) -> int:
         """Receive into the writable buffer ``buf``; return the byte count."""
@@ -214,24 +242,7 @@ class SocketMixin(LoopMixinBase):
             return sock.recv_into(buf)
         except _RETRY:
             pass
-        return await wait_readable(
-            self, sock.fileno(), self._on_recv_into, self.create_future(), sock, buf
-        )
-
-    def _on_recv_into(self, fut, fd, sock, buf):
-        if fut.done():
-            return
-        try:
-            nbytes = sock.recv_into(buf)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, nbytes, None)
+        return await self._retry_when(True, _recv_into, sock, buf)
 
     # A seeded loop with ``chunking`` has these two in place of sock_recv and
     # sock_recv_into (installed on the loop instance, so an unseeded loop's
@@ -254,24 +265,7 @@ class SocketMixin(LoopMixinBase):
             return _recvfrom(self, sock, bufsize)
         except _RETRY:
             pass
-        return await wait_readable(
-            self, sock.fileno(), self._on_recvfrom, self.create_future(), sock, bufsize
-        )
-
-    def _on_recvfrom(self, fut, fd, sock, bufsize):
-        if fut.done():
-            return
-        try:
-            result = _recvfrom(self, sock, bufsize)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, result, None)
+        return await self._retry_when(True, _recvfrom, sock, bufsize)
 
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: WriteableBuffer, nbytes: int = 0
@@ -286,24 +280,7 @@ class SocketMixin(LoopMixinBase):
             return sock.recvfrom_into(buf, nbytes)
         except _RETRY:
             pass
-        return await wait_readable(
-            self, sock.fileno(), self._on_recvfrom_into, self.create_future(), sock, buf, nbytes
-        )
-
-    def _on_recvfrom_into(self, fut, fd, sock, buf, nbytes):
-        if fut.done():
-            return
-        try:
-            result = sock.recvfrom_into(buf, nbytes)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, result, None)
+        return await self._retry_when(True, _recvfrom_into, sock, buf, nbytes)
 
     # -- sending --------------------------------------------------------------
 
@@ -363,24 +340,7 @@ class SocketMixin(LoopMixinBase):
             return sock.sendto(data, address)
         except _RETRY:
             pass
-        return await wait_writable(
-            self, sock.fileno(), self._on_sendto, self.create_future(), sock, data, address
-        )
-
-    def _on_sendto(self, fut, fd, sock, data, address):
-        if fut.done():
-            return
-        try:
-            sent = sock.sendto(data, address)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._write_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._write_finished(fd, fut, sent, None)
+        return await self._retry_when(False, _sendto, sock, data, address)
 
     # -- connecting and accepting --------------------------------------------
 
@@ -432,20 +392,4 @@ class SocketMixin(LoopMixinBase):
         else:
             conn.setblocking(False)
             return conn, address
-        return await wait_readable(self, sock.fileno(), self._on_accept, self.create_future(), sock)
-
-    def _on_accept(self, fut, fd, sock):
-        if fut.done():
-            return
-        try:
-            conn, address = sock.accept()
-            conn.setblocking(False)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._read_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-        else:
-            self._read_finished(fd, fut, (conn, address), None)
+        return await self._retry_when(True, _accept, sock)
