@@ -47,7 +47,7 @@ from asyncio.exceptions import SendfileNotAvailableError
 from typing import IO, TYPE_CHECKING
 
 from ._core.contract import LoopMixinBase
-from .sockets import NOT_NONBLOCKING, check_ssl_socket, wait_writable
+from .sockets import NOT_NONBLOCKING, check_ssl_socket, wait_ready
 
 if TYPE_CHECKING:
     import asyncio
@@ -231,7 +231,7 @@ class SendfileMixin(LoopMixinBase):
         return total
 
     async def _sendfile_writable(self, fd):
-        await wait_writable(self, fd, self._on_sendfile_writable, self.create_future())
+        await wait_ready(self, fd, True, self._on_sendfile_writable, self.create_future())
 
     def _on_sendfile_writable(self, fut, fd):
         if not fut.done():

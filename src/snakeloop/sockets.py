@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from ._core.contract import LoopContract
 
-__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket", "wait_readable", "wait_writable"]
+__all__ = ["NOT_NONBLOCKING", "SocketMixin", "check_ssl_socket", "wait_ready"]
 
 _T = TypeVar("_T")
 
@@ -68,6 +68,8 @@ NOT_NONBLOCKING = "the socket must be non-blocking"
 # Past about 64 KiB glibc may serve that with mmap/munmap, which costs
 # several times the copy in a fresh process: larger reads of plain
 # sockets go through the loop's shared buffer instead.
+# What an operation returns when it made progress but is not done (sock_sendall).
+_NOT_YET = object()
 _BIG_READ = 65536
 _Socket = socket.socket
 
@@ -105,6 +107,23 @@ def _accept(loop, sock):
     return conn, address
 
 
+def _send_rest(loop, sock, unsent):
+    view = unsent.view
+    sent = sock.send(view)
+    if sent == len(view):
+        return None
+    unsent.view = view[sent:]
+    return _NOT_YET
+
+
+def _connect_result(loop, sock, address):
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        # OSError(errno, ...) picks the subclass (ConnectionRefusedError...).
+        raise OSError(err, f"Connect call failed {address}")
+    return None
+
+
 def check_ssl_socket(sock: socket.socket) -> None:
     """Refuse an ``ssl.SSLSocket``: its I/O does not map to readiness."""
     # If the ssl module was never imported, no SSLSocket can exist.
@@ -113,46 +132,33 @@ def check_ssl_socket(sock: socket.socket) -> None:
         raise TypeError("Socket cannot be of type SSLSocket")
 
 
-async def wait_readable(
+async def wait_ready(
     loop: LoopContract,
     fd: int,
+    writable: bool,
     callback: Callable[..., object],
     fut: asyncio.Future[_T],
     *args: Any,
 ) -> _T:
-    """Register ``callback(fut, fd, *args)`` for reading ``fd``; await ``fut``.
+    """Register ``callback(fut, fd, *args)`` for reading ``fd`` (or, with
+    ``writable``, for writing it); await ``fut``.
 
     On the way out the registration is removed, unless another operation
     has since taken the fd over.
     """
     loop._ensure_fd_no_transport(fd)
-    handle = loop._add_reader(fd, callback, fut, fd, *args)
+    if writable:
+        handle = loop._add_writer(fd, callback, fut, fd, *args)
+    else:
+        handle = loop._add_reader(fd, callback, fut, fd, *args)
     try:
         return await fut
     finally:
-        loop._remove_reader_handle(fd, handle)
+        if writable:
+            loop._remove_writer_handle(fd, handle)
+        else:
+            loop._remove_reader_handle(fd, handle)
         del fut, handle  # no cycle through a raised exception's frame
-
-
-async def wait_writable(
-    loop: LoopContract,
-    fd: int,
-    callback: Callable[..., object],
-    fut: asyncio.Future[_T],
-    *args: Any,
-) -> _T:
-    """Register ``callback(fut, fd, *args)`` for writing ``fd``; await ``fut``.
-
-    On the way out the registration is removed, unless another operation
-    has since taken the fd over.
-    """
-    loop._ensure_fd_no_transport(fd)
-    handle = loop._add_writer(fd, callback, fut, fd, *args)
-    try:
-        return await fut
-    finally:
-        loop._remove_writer_handle(fd, handle)
-        del fut, handle
 
 
 class _Unsent:
@@ -175,28 +181,24 @@ class SocketMixin(LoopMixinBase):
         if self._debug and sock.gettimeout() != 0:
             raise ValueError(NOT_NONBLOCKING)
 
-    def _read_finished(self, fd, fut, result, exc):
-        self._remove_reader(fd)
+    def _finished(self, writable, fd, fut, result, exc):
+        """Unregister the operation on ``fd`` that ended, and settle its future."""
+        if writable:
+            self._remove_writer(fd)
+        else:
+            self._remove_reader(fd)
         if exc is None:
             fut.set_result(result)
         else:
             fut.set_exception(exc)
 
-    def _write_finished(self, fd, fut, result, exc):
-        self._remove_writer(fd)
-        if exc is None:
-            fut.set_result(result)
-        else:
-            fut.set_exception(exc)
-
-    def _retry(self, fut, fd, finished, operation, sock, *args):
+    def _retry(self, fut, fd, writable, operation, sock, *args):
         """Try ``operation(self, sock, *args)`` again, now that ``fd`` is ready.
 
         The operations (``_recv`` & co. above) look the socket's method up on
         every attempt: code (CPython's tests among it) may replace a socket's
         method while a call waits, and a bound method captured at registration
-        would keep retrying the old one.  ``finished`` is ``_read_finished`` or
-        ``_write_finished``.
+        would keep retrying the old one.
         """
         if fut.done():
             return
@@ -207,42 +209,42 @@ class SocketMixin(LoopMixinBase):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            finished(fd, fut, None, exc)
+            self._finished(writable, fd, fut, None, exc)
             # The error's traceback keeps this frame, and a future left in it
             # would make future -> error -> traceback -> frame -> future, a cycle.
             fut = None
         else:
-            finished(fd, fut, result, None)
+            if result is not _NOT_YET:
+                self._finished(writable, fd, fut, result, None)
 
-    def _retry_when(self, readable, operation, sock, *args):
-        """Await ``operation(self, sock, *args)``, tried again each time ``sock`` is
-        readable (or, with ``readable`` false, writable)."""
-        if readable:
-            wait, finished = wait_readable, self._read_finished
-        else:
-            wait, finished = wait_writable, self._write_finished
+    async def _now_or_when_ready(self, writable, operation, sock, *args):
+        """``operation(self, sock, *args)`` at once, or, if the kernel says "not yet",
+        as ``_when_ready`` does."""
+        try:
+            return operation(self, sock, *args)
+        except _RETRY:
+            pass
+        return await self._when_ready(writable, operation, sock, *args)
+
+    def _when_ready(self, writable, operation, sock, *args):
+        """Await ``operation(self, sock, *args)``, tried each time ``sock`` is readable
+        (or, with ``writable``, writable) until it is done."""
         fd = sock.fileno()
-        return wait(self, fd, self._retry, self.create_future(), finished, operation, sock, *args)
+        return wait_ready(
+            self, fd, writable, self._retry, self.create_future(), writable, operation, sock, *args
+        )
 
     # -- receiving ------------------------------------------------------------
 
     async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
         """Receive up to ``n`` bytes from the connected socket ``sock``."""
         self._check_sock(sock)
-        try:
-            return _recv(self, sock, n)
-        except _RETRY:
-            pass
-        return await self._retry_when(True, _recv, sock, n)
+        return await self._now_or_when_ready(False, _recv, sock, n)
 
     async def sock_recv_into(self, sock: socket.socket, buf: WriteableBuffer) -> int:
         """Receive into the writable buffer ``buf``; return the byte count."""
         self._check_sock(sock)
-        try:
-            return sock.recv_into(buf)
-        except _RETRY:
-            pass
-        return await self._retry_when(True, _recv_into, sock, buf)
+        return await self._now_or_when_ready(False, _recv_into, sock, buf)
 
     # A seeded loop with ``chunking`` has these two in place of sock_recv and
     # sock_recv_into (installed on the loop instance, so an unseeded loop's
@@ -261,11 +263,7 @@ class SocketMixin(LoopMixinBase):
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _RetAddress]:
         """Receive one datagram: ``(data, address)``."""
         self._check_sock(sock)
-        try:
-            return _recvfrom(self, sock, bufsize)
-        except _RETRY:
-            pass
-        return await self._retry_when(True, _recvfrom, sock, bufsize)
+        return await self._now_or_when_ready(False, _recvfrom, sock, bufsize)
 
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: WriteableBuffer, nbytes: int = 0
@@ -276,11 +274,7 @@ class SocketMixin(LoopMixinBase):
             # Every buffer a socket takes has a length; typeshed's Buffer
             # protocol does not say so.
             nbytes = len(buf)  # type: ignore[arg-type]
-        try:
-            return sock.recvfrom_into(buf, nbytes)
-        except _RETRY:
-            pass
-        return await self._retry_when(True, _recvfrom_into, sock, buf, nbytes)
+        return await self._now_or_when_ready(False, _recvfrom_into, sock, buf, nbytes)
 
     # -- sending --------------------------------------------------------------
 
@@ -296,33 +290,7 @@ class SocketMixin(LoopMixinBase):
         view = memoryview(data)
         if view.itemsize != 1:
             view = view.cast("B")
-        return await wait_writable(
-            self,
-            sock.fileno(),
-            self._on_sendall,
-            self.create_future(),
-            sock,
-            _Unsent(view[sent:]),
-        )
-
-    def _on_sendall(self, fut, fd, sock, unsent):
-        if fut.done():
-            return
-        view = unsent.view
-        try:
-            sent = sock.send(view)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._write_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-            return
-        if sent == len(view):
-            self._write_finished(fd, fut, None, None)
-        else:
-            unsent.view = view[sent:]
+        return await self._when_ready(True, _send_rest, sock, _Unsent(view[sent:]))
 
     async def _sock_sendall_chunked(self, sock: socket.socket, data: ReadableBuffer) -> None:
         # sock_sendall of a seeded loop with ``chunking_writes`` (installed on
@@ -336,11 +304,7 @@ class SocketMixin(LoopMixinBase):
     ) -> int:
         """Send one datagram to ``address``; return the bytes sent."""
         self._check_sock(sock)
-        try:
-            return sock.sendto(data, address)
-        except _RETRY:
-            pass
-        return await self._retry_when(False, _sendto, sock, data, address)
+        return await self._now_or_when_ready(True, _sendto, sock, data, address)
 
     # -- connecting and accepting --------------------------------------------
 
@@ -359,37 +323,9 @@ class SocketMixin(LoopMixinBase):
             pass
         else:
             return None
-        return await wait_writable(
-            self, sock.fileno(), self._on_connect, self.create_future(), sock, address
-        )
-
-    def _on_connect(self, fut, fd, sock, address):
-        if fut.done():
-            return
-        try:
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._write_finished(fd, fut, None, exc)
-            fut = None  # the error's traceback keeps this frame
-            return
-        if err:
-            # OSError(errno, ...) picks the subclass (ConnectionRefusedError...).
-            self._write_finished(fd, fut, None, OSError(err, f"Connect call failed {address}"))
-        else:
-            self._write_finished(fd, fut, None, None)
+        return await self._when_ready(True, _connect_result, sock, address)
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, _RetAddress]:
         """Accept a connection: ``(conn, address)``, ``conn`` non-blocking."""
         self._check_sock(sock)
-        try:
-            conn, address = sock.accept()
-        except _RETRY:
-            pass
-        else:
-            conn.setblocking(False)
-            return conn, address
-        return await self._retry_when(True, _accept, sock)
+        return await self._now_or_when_ready(False, _accept, sock)
