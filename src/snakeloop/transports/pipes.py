@@ -61,7 +61,59 @@ def _schedule_connection_lost(transport: Any, exc: BaseException | None) -> None
         loop.call_soon(transport._call_connection_lost, exc)
 
 
-class ReadPipeTransport(asyncio.ReadTransport):
+class _PipeEnd:
+    """What both pipe transports do alike: take the pipe, and say what they are."""
+
+    _extra: dict[str, Any]
+    _loop: Any
+    _pipe: Any
+    _fileno: Any
+    _protocol: Any
+    _closing: bool
+
+    def _take_pipe(self, loop: LoopContract, pipe: Any, protocol: Any, refusal: str) -> int:
+        """Hold ``pipe`` and make it non-blocking; its ``st_mode``.
+
+        A file that is not a pipe, socket or character device is refused with
+        ``ValueError(refusal)``, asyncio's message for each transport.
+        """
+        self._extra["pipe"] = pipe
+        self._loop = loop
+        self._pipe = pipe
+        self._fileno = pipe.fileno()
+        self._protocol = protocol
+        mode = os.fstat(self._fileno).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            # Drop the pipe first so that __del__ does not call it unclosed.
+            self._pipe = None
+            self._fileno = None
+            self._protocol = None
+            raise ValueError(refusal)
+        os.set_blocking(self._fileno, False)
+        return mode
+
+    def _live_state(self) -> list[str]:
+        """What __repr__ says of an open pipe whose loop still runs."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        info = [self.__class__.__name__]
+        if self._pipe is None:
+            info.append("closed")
+        elif self._closing:
+            info.append("closing")
+        info.append(f"fd={self._fileno}")
+        loop = self._loop
+        if self._pipe is not None and loop is not None and not loop.is_closed():
+            info += self._live_state()
+        elif self._pipe is not None:
+            info.append("open")
+        else:
+            info.append("closed")
+        return "<{}>".format(" ".join(info))
+
+
+class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
     """Reads a pipe, FIFO, socket or character device into a protocol."""
 
     # One read per readiness event takes at most this much, as in asyncio.
@@ -78,24 +130,10 @@ class ReadPipeTransport(asyncio.ReadTransport):
         extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(extra)
-        self._extra["pipe"] = pipe
-        self._loop = loop
-        self._pipe = pipe
-        self._fileno = pipe.fileno()
-        self._protocol: Any = protocol
         self._closing = False
         self._paused = False
         self._polling = False
-
-        mode = os.fstat(self._fileno).st_mode
-        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
-            # Drop the pipe first so that __del__ does not call it unclosed.
-            self._pipe = None
-            self._fileno = None
-            self._protocol = None
-            raise ValueError("Pipe transport is for pipes/sockets only.")
-
-        os.set_blocking(self._fileno, False)
+        self._take_pipe(loop, pipe, protocol, "Pipe transport is for pipes/sockets only.")
 
         loop.call_soon(protocol.connection_made, self)
         # Reading starts only after connection_made() has run.
@@ -116,21 +154,8 @@ class ReadPipeTransport(asyncio.ReadTransport):
     def is_reading(self) -> bool:
         return not self._paused and not self._closing
 
-    def __repr__(self) -> str:
-        info = [self.__class__.__name__]
-        if self._pipe is None:
-            info.append("closed")
-        elif self._closing:
-            info.append("closing")
-        info.append(f"fd={self._fileno}")
-        loop = self._loop
-        if self._pipe is not None and loop is not None and not loop.is_closed():
-            info.append("polling" if self._polling else "idle")
-        elif self._pipe is not None:
-            info.append("open")
-        else:
-            info.append("closed")
-        return "<{}>".format(" ".join(info))
+    def _live_state(self) -> list[str]:
+        return ["polling" if self._polling else "idle"]
 
     def _read_ready(self) -> None:
         try:
@@ -213,7 +238,7 @@ class ReadPipeTransport(asyncio.ReadTransport):
         self._loop = None  # type: ignore[assignment]
 
 
-class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
+class WritePipeTransport(_PipeEnd, FlowControlMixin, asyncio.WriteTransport):
     """Buffers writes to a pipe, FIFO, socket or character device."""
 
     _extra: dict[str, Any]
@@ -229,52 +254,24 @@ class WritePipeTransport(FlowControlMixin, asyncio.WriteTransport):
         # Not super(): that would run asyncio's _FlowControlMixin.__init__,
         # whose work FlowControlMixin's defaults and the lines below do.
         asyncio.BaseTransport.__init__(self, extra)
-        self._extra["pipe"] = pipe
-        self._loop = loop
-        self._pipe = pipe
-        self._fileno = pipe.fileno()
-        self._protocol: Any = protocol
         self._buffer = bytearray()
         self._conn_lost = 0
         self._closing = False  # set by close() and write_eof()
         self._writing = False
         self._set_write_buffer_limits()
-
-        mode = os.fstat(self._fileno).st_mode
-        is_char = stat.S_ISCHR(mode)
-        is_fifo = stat.S_ISFIFO(mode)
-        is_socket = stat.S_ISSOCK(mode)
-        if not (is_char or is_fifo or is_socket):
-            self._pipe = None
-            self._fileno = None
-            self._protocol = None
-            raise ValueError("Pipe transport is only for pipes, sockets and character devices")
-
-        os.set_blocking(self._fileno, False)
+        mode = self._take_pipe(
+            loop, pipe, protocol, "Pipe transport is only for pipes, sockets and character devices"
+        )
         loop.call_soon(protocol.connection_made, self)
-        if is_socket or is_fifo:
+        if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
             # Readable means the reader went away (see the module docstring);
             # watched only once connection_made() has run.
             loop.call_soon(self._watch_reader_gone)
         if waiter is not None:
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
-    def __repr__(self) -> str:
-        info = [self.__class__.__name__]
-        if self._pipe is None:
-            info.append("closed")
-        elif self._closing:
-            info.append("closing")
-        info.append(f"fd={self._fileno}")
-        loop = self._loop
-        if self._pipe is not None and loop is not None and not loop.is_closed():
-            info.append("polling" if self._writing else "idle")
-            info.append(f"bufsize={self.get_write_buffer_size()}")
-        elif self._pipe is not None:
-            info.append("open")
-        else:
-            info.append("closed")
-        return "<{}>".format(" ".join(info))
+    def _live_state(self) -> list[str]:
+        return ["polling" if self._writing else "idle", f"bufsize={self.get_write_buffer_size()}"]
 
     def get_write_buffer_size(self) -> int:
         return len(self._buffer)
