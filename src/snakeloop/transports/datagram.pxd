@@ -4,7 +4,7 @@ from .socketbase cimport SocketTransportBase
 from .socketcalls cimport SOCKADDR_STORAGE_SIZE, sock_recvfrom_inet, sock_send, sock_sendto_peer
 
 cdef Py_ssize_t UDP_READ_SIZE, _HEADER_SIZE
-cdef bint _PY312, _PY313, _DROP_EMPTY
+cdef bint _PY312, _PY313, _DROP_EMPTY, _C_CALLS
 
 cdef class DatagramSocketTransport(SocketTransportBase):
     cdef public object _address

@@ -70,6 +70,8 @@ _DROP_EMPTY = not _PY313
 _RETRY = (BlockingIOError, InterruptedError)
 
 UDP_READ_SIZE = 64 * 1024
+# Whether this build may call the socket's fd itself (see _read_ready).
+_C_CALLS = cython.compiled
 
 
 # asyncio's selector datagram transport is an asyncio.DatagramTransport only
@@ -148,168 +150,93 @@ class DatagramSocketTransport(SocketTransportBase):
         # in a copy of the context that registered them.
         self._loop._add_reader(self._sock_fd, self._read_ready)
 
-    # _read_ready and sendto come in two builds, alike but for the socket calls:
-    # the compiled build calls recvfrom(2), send(2) and sendto(2) on the fd
-    # itself when it may (socketcalls.pxd); the pure build always calls the
-    # socket's methods.  Both builds run every test.  (A test of _direct_calls in
-    # one shared copy would cost the pure build about 70 instructions a call.)
-    if cython.compiled:
+    # The compiled build calls recvfrom(2), send(2) and sendto(2) on the fd itself
+    # when it may (socketcalls.pxd); the pure build always calls the socket's
+    # methods.  One copy serves both: _C_CALLS is False there, and tested first, a
+    # module constant costs it less than the transport's _direct_calls field.
 
-        def _read_ready(self):
-            if self._conn_lost:
-                return
-            try:
-                if not self._udp:
-                    nbytes, addr = self._sock.recvfrom_into(self._recv_view)
-                    data = bytes(self._recv_view[:nbytes])
-                elif self._direct_calls:
-                    data, addr = sock_recvfrom_inet(
-                        self._sock_fd, UDP_READ_SIZE, self._peer, self._peer_address
-                    )
-                    self._peer_address = addr
-                else:
-                    data, addr = self._sock.recvfrom(UDP_READ_SIZE)
-            except _RETRY:
-                return
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal read error on datagram transport")
-                return
-            self._protocol.datagram_received(data, addr)
-
-    else:
-
-        def _read_ready(self):
-            if self._conn_lost:
-                return
-            try:
-                if self._udp:
-                    data, addr = self._sock.recvfrom(UDP_READ_SIZE)
-                else:
-                    nbytes, addr = self._sock.recvfrom_into(self._recv_view)
-                    data = bytes(self._recv_view[:nbytes])
-            except _RETRY:
-                return
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal read error on datagram transport")
-                return
-            self._protocol.datagram_received(data, addr)
+    def _read_ready(self):
+        if self._conn_lost:
+            return
+        try:
+            if not self._udp:
+                nbytes, addr = self._sock.recvfrom_into(self._recv_view)
+                data = bytes(self._recv_view[:nbytes])
+            elif _C_CALLS and self._direct_calls:
+                data, addr = sock_recvfrom_inet(
+                    self._sock_fd, UDP_READ_SIZE, self._peer, self._peer_address
+                )
+                self._peer_address = addr
+            else:
+                data, addr = self._sock.recvfrom(UDP_READ_SIZE)
+        except _RETRY:
+            return
+        except OSError as exc:
+            self._protocol.error_received(exc)
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on datagram transport")
+            return
+        self._protocol.datagram_received(data, addr)
 
     # -- writing -----------------------------------------------------------------
 
-    if cython.compiled:
-
-        def sendto(
-            self, data: bytes | bytearray | memoryview, addr: _Address | None = None
-        ) -> None:
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise TypeError(
-                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
-                )
-            if _DROP_EMPTY and not data:
-                return
-            if self._address:
-                if addr not in (None, self._address):
-                    raise ValueError(f"Invalid address: must be None or {self._address}")
-                addr = self._address
-            if self._conn_lost and (self._address or self._sock is None):
-                # Closed: drop it, and say so once the caller keeps trying.
-                # Only with a fixed remote address, as asyncio: a closing
-                # transport without one still sends, and reports its errors
-                # to error_received (once the socket is gone, asyncio fails
-                # on it; this drops the datagram instead).
-                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
-                    logger.warning("socket.send() raised exception.")
-                self._conn_lost += 1
-                return
-            if not self._buffer:
-                # Nothing queued: try to send it right away.
-                try:
-                    if self._connected:
-                        if self._direct_calls and type(data) is bytes:
-                            sock_send(self._sock_fd, data)
-                        else:
-                            self._sock.send(data)
-                    elif (
-                        addr is self._peer_address
-                        and addr is not None
-                        and self._direct_calls
-                        and type(data) is bytes
-                    ):
-                        # The sender of the last datagram read (socketcalls.pxd).
-                        sock_sendto_peer(self._sock_fd, data, self._peer, self._sock, addr)
+    def sendto(self, data: bytes | bytearray | memoryview, addr: _Address | None = None) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+            )
+        if _DROP_EMPTY and not data:
+            return
+        if self._address:
+            if addr not in (None, self._address):
+                raise ValueError(f"Invalid address: must be None or {self._address}")
+            addr = self._address
+        if self._conn_lost and (self._address or self._sock is None):
+            # Closed: drop it, and say so once the caller keeps trying.
+            # Only with a fixed remote address, as asyncio: a closing
+            # transport without one still sends, and reports its errors
+            # to error_received (once the socket is gone, asyncio fails
+            # on it; this drops the datagram instead).
+            if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                logger.warning("socket.send() raised exception.")
+            self._conn_lost += 1
+            return
+        if not self._buffer:
+            # Nothing queued: try to send it right away.
+            try:
+                if self._connected:
+                    if _C_CALLS and self._direct_calls and type(data) is bytes:
+                        sock_send(self._sock_fd, data)
                     else:
-                        # A None address reaches the socket, which raises
-                        # TypeError, as it does under asyncio.
-                        self._sock.sendto(data, addr)  # type: ignore[arg-type]
-                    return
-                except _RETRY:
-                    self._loop._add_writer(self._sock_fd, self._sendto_ready)
-                except OSError as exc:
-                    self._protocol.error_received(exc)
-                    return
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    self._fatal_error(exc, "Fatal write error on datagram transport")
-                    return
-            self._queue(data, addr)
-
-    else:
-
-        def sendto(
-            self, data: bytes | bytearray | memoryview, addr: _Address | None = None
-        ) -> None:
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise TypeError(
-                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
-                )
-            if _DROP_EMPTY and not data:
-                return
-            if self._address:
-                if addr not in (None, self._address):
-                    raise ValueError(f"Invalid address: must be None or {self._address}")
-                addr = self._address
-            if self._conn_lost and (self._address or self._sock is None):
-                # Closed: drop it, and say so once the caller keeps trying.
-                # Only with a fixed remote address, as asyncio: a closing
-                # transport without one still sends, and reports its errors
-                # to error_received (once the socket is gone, asyncio fails
-                # on it; this drops the datagram instead).
-                if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
-                    logger.warning("socket.send() raised exception.")
-                self._conn_lost += 1
-                return
-            if not self._buffer:
-                # Nothing queued: try to send it right away.
-                try:
-                    if self._connected:
                         self._sock.send(data)
-                    else:
-                        # A None address reaches the socket, which raises
-                        # TypeError, as it does under asyncio.
-                        self._sock.sendto(data, addr)  # type: ignore[arg-type]
-                    return
-                except _RETRY:
-                    self._loop._add_writer(self._sock_fd, self._sendto_ready)
-                except OSError as exc:
-                    self._protocol.error_received(exc)
-                    return
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    self._fatal_error(exc, "Fatal write error on datagram transport")
-                    return
-            self._queue(data, addr)
+                elif (
+                    _C_CALLS
+                    and addr is self._peer_address
+                    and addr is not None
+                    and self._direct_calls
+                    and type(data) is bytes
+                ):
+                    # The sender of the last datagram read (socketcalls.pxd).
+                    sock_sendto_peer(self._sock_fd, data, self._peer, self._sock, addr)
+                else:
+                    # A None address reaches the socket, which raises
+                    # TypeError, as it does under asyncio.
+                    self._sock.sendto(data, addr)  # type: ignore[arg-type]
+                return
+            except _RETRY:
+                self._loop._add_writer(self._sock_fd, self._sendto_ready)
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on datagram transport")
+                return
+        self._queue(data, addr)
 
     def _queue(self, data, addr):
         """Queue a datagram that cannot go now, behind those already queued."""

@@ -6,7 +6,7 @@ from .socketbase cimport SocketTransportBase
 from .socketcalls cimport sock_recv, sock_send
 
 cdef Py_ssize_t READ_SIZE, BULK_READ_SIZE, BULK_READ_MIN, _IOV_MAX
-cdef bint _PY312, _PY313, _HAS_SENDMSG
+cdef bint _PY312, _PY313, _HAS_SENDMSG, _C_CALLS
 
 cdef class SocketTransport(SocketTransportBase):
     cdef public object _buffered_protocol

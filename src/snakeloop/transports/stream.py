@@ -71,6 +71,8 @@ except (AttributeError, ValueError, OSError):
     _IOV_MAX = 16
 
 READ_SIZE = 64 * 1024
+# Whether this build may call the socket's fd itself (see _read_data).
+_C_CALLS = cython.compiled
 BULK_READ_SIZE = RECV_BUFFER_SIZE  # asyncio's largest read, 256 KiB
 BULK_READ_MIN = 16 * 1024
 
@@ -186,79 +188,47 @@ class SocketTransport(SocketTransportBase):
         context = self._context
         loop._add_reader(self._sock_fd, *self._reader(), context=context)
 
-    # _read_data and write come in two builds, alike but for the socket call: the
-    # compiled build calls recv(2) and send(2) on the fd itself when it may
-    # (socketcalls.pxd); the pure build always calls the socket's methods.  Both
-    # builds run every test.  (A test of _direct_calls in one shared copy would
-    # cost the pure build about 70 instructions per read and per write.)
-    if cython.compiled:
+    # The compiled build calls recv(2) and send(2) on the fd itself when it may
+    # (socketcalls.pxd); the pure build always calls the socket's methods.  One copy
+    # serves both: _C_CALLS is False there, and tested first, a module constant
+    # costs it less than the transport's _direct_calls field.
 
-        def _read_data(self):
-            if self._conn_lost:
-                return
-            try:
-                if self._bulk_reads:
-                    data = self._recv_bulk()
-                else:
-                    if self._direct_calls:
-                        data = sock_recv(self._sock_fd, READ_SIZE)
-                    else:
-                        data = self._sock.recv(READ_SIZE)
-                    if len(data) == READ_SIZE:
-                        keep_large_reads_on_heap()
-                        self._bulk_reads = True
-            except (BlockingIOError, InterruptedError):
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal read error on socket transport")
-                return
-            if not data:
-                self._read_eof()
-                return
-            try:
-                self._protocol.data_received(data)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
-
-    else:
-
-        def _read_data(self):
-            if self._conn_lost:
-                return
-            try:
-                if self._bulk_reads:
-                    data = self._recv_bulk()
+    def _read_data(self):
+        if self._conn_lost:
+            return
+        try:
+            if self._bulk_reads:
+                data = self._recv_bulk()
+            else:
+                if _C_CALLS and self._direct_calls:
+                    data = sock_recv(self._sock_fd, READ_SIZE)
                 else:
                     data = self._sock.recv(READ_SIZE)
-                    if len(data) == READ_SIZE:
-                        keep_large_reads_on_heap()
-                        self._bulk_reads = True
-            except (BlockingIOError, InterruptedError):
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal read error on socket transport")
-                return
-            if not data:
-                self._read_eof()
-                return
-            try:
-                self._protocol.data_received(data)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+                if len(data) == READ_SIZE:
+                    keep_large_reads_on_heap()
+                    self._bulk_reads = True
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not data:
+            self._read_eof()
+            return
+        try:
+            self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _recv_bulk(self):
         chunk_size = self._chunk_size
         if chunk_size is not None:
             return self._sock.recv(chunk_size(self._sock_fd, READ_SIZE))
-        if self._direct_calls:
+        if _C_CALLS and self._direct_calls:
             data = sock_recv(self._sock_fd, BULK_READ_SIZE)
         else:
             data = self._sock.recv(BULK_READ_SIZE)
@@ -332,54 +302,29 @@ class SocketTransport(SocketTransportBase):
             self._buffer or self._eof or self._conn_lost or self._empty_waiter is not None
         )
 
-    if cython.compiled:
-
-        def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
-            if not (self._send_at_once and type(data) is bytes and data):
-                # Everything but the common case: asyncio's checks, in its order.
-                if not self._may_write(data):
-                    return
-                if self._buffer:
-                    self._buffer_data(data)
-                    self._maybe_pause_protocol()
-                    return
-            try:
-                if self._direct_calls and type(data) is bytes:
-                    n = sock_send(self._sock_fd, data)
-                else:
-                    n = self._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on socket transport")
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
+        if not (self._send_at_once and type(data) is bytes and data):
+            # Everything but the common case: asyncio's checks, in its order.
+            if not self._may_write(data):
                 return
-            if n != len(data):
-                self._buffer_unsent(data, n)
-
-    else:
-
-        def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
-            if not (self._send_at_once and data.__class__ is bytes and data):
-                # Everything but the common case: asyncio's checks, in its order.
-                if not self._may_write(data):
-                    return
-                if self._buffer:
-                    self._buffer_data(data)
-                    self._maybe_pause_protocol()
-                    return
-            try:
+            if self._buffer:
+                self._buffer_data(data)
+                self._maybe_pause_protocol()
+                return
+        try:
+            if _C_CALLS and self._direct_calls and type(data) is bytes:
+                n = sock_send(self._sock_fd, data)
+            else:
                 n = self._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on socket transport")
-                return
-            if n != len(data):
-                self._buffer_unsent(data, n)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal write error on socket transport")
+            return
+        if n != len(data):
+            self._buffer_unsent(data, n)
 
     def _buffer_unsent(self, data, sent):
         """Buffer what a write's send left (all but ``sent`` bytes) until writable."""
