@@ -23,6 +23,10 @@ another process (not counted).  ``--only echo-idle,echo-idle-timers`` counts the
 protocol echo among 10,000 idle connections, without and with an idle-timeout timer
 per connection re-armed by each request (benchmarks.scale's ``timers`` kind).
 
+With ``SNAKELOOP_CALLGRIND_DIR=DIR`` each run's profile is kept in DIR as
+``LOOP.WORKLOAD.SCALE.out``: ``callgrind_annotate`` of the two sizes of a row, subtracted
+function by function, says where its instructions per operation go.
+
 Traps: the timer-churn row batches its timers by how fast the loop runs, so its
 count under valgrind is not the one the timed run sees (compare builds of one loop
 with it, not loops); a pure tree's count depends on the directory it sits in, so
@@ -62,6 +66,8 @@ SCALES = (0.2, 0.4)
 # How much slower a program runs under callgrind, roughly (see _child).
 VALGRIND_SLOWDOWN = 100
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+# A folder in which to keep each run's callgrind profile (see _out_file).
+KEEP_PROFILES_ENV = "SNAKELOOP_CALLGRIND_DIR"
 
 
 # A snakeloop loop's name may end in "+C" (stdlib_futures=True: asyncio's C Future and
@@ -314,11 +320,21 @@ def _child(loop: str, where: str, workload: str, scale: float) -> None:
     print(f"operations {operations}")
 
 
+def _out_file(loop: str, workload: str, scale: float) -> str:
+    """Where callgrind writes its profile: ``$SNAKELOOP_CALLGRIND_DIR`` keeps them, one per
+    run, for ``callgrind_annotate`` to say where the instructions of a row go."""
+    folder = os.environ.get(KEEP_PROFILES_ENV)
+    if not folder:
+        return "/dev/null"
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{loop}.{workload}.{scale}.out")
+
+
 def _count(loop: str, where: str, workload: str, scale: float) -> tuple[int, int]:
     command = [
         "valgrind",
         "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
+        f"--callgrind-out-file={_out_file(loop, workload, scale)}",
         sys.executable,
         "-m",
         "benchmarks.instructions",

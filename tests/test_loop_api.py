@@ -153,6 +153,39 @@ def test_call_later_float_and_int_delays(any_loop):
     h2.cancel()
 
 
+@pytest.mark.parametrize(
+    "delay",
+    [0, 1, 2.5, -3.0, 10**6, 1e300, math.inf, True, 2**53 + 1],
+    ids=["zero", "int", "float", "negative", "big-int", "huge-float", "inf", "bool", "past-2**53"],
+)
+def test_call_later_deadline_is_the_clock_plus_the_delay(delay, monkeypatch):
+    """The deadline is ``time.monotonic() + delay``, to the bit, as asyncio computes it.
+
+    Compiled, call_later reads the clock in C and adds two doubles for a float or an
+    int delay: its deadline lies between two readings of time.monotonic plus the delay.
+    With loop.time replaced by a frozen reading, it is that reading plus the delay.
+    """
+    import time
+
+    import snakeloop
+
+    reading = time.monotonic()
+    loop = snakeloop.new_event_loop()
+    try:
+        before = time.monotonic()
+        handle = loop.call_later(delay, _noop)
+        after = time.monotonic()
+        assert type(handle.when()) is float
+        assert before + delay <= handle.when() <= after + delay
+        handle.cancel()
+        monkeypatch.setattr(loop, "time", lambda: reading)
+        handle = loop.call_later(delay, _noop)
+        assert handle.when() == reading + delay
+        handle.cancel()
+    finally:
+        loop.close()
+
+
 @pytest.mark.parametrize("when", [5, 5.0, 10**20, math.inf], ids=["int", "float", "huge", "inf"])
 def test_call_at_keeps_the_deadline_as_given(when):
     def scenario(loop):

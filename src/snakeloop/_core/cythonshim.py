@@ -15,6 +15,8 @@ _C = TypeVar("_C", bound=type)
 _V = TypeVar("_V")
 
 compiled = False
+# The C type names that @cython.locals gives in the modules themselves.
+double = float
 
 
 def locals(**types: object) -> object:  # noqa: A001  # Cython's name

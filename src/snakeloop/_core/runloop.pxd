@@ -196,6 +196,7 @@ cdef object _MethodType, _FunctionType
 cdef object _OMITTED, _C_TASK, _ASYNCIOS
 
 cdef Py_ssize_t _STRETCH_CALLBACKS
+cdef bint _C_CLOCK
 cdef double _COARSE_STEP
 cdef double _COARSE_TICKS_OF_MARGIN
 cdef double _COARSE_TICKS_PER_SLOW

@@ -193,6 +193,9 @@ ASYNCIOS = _ASYNCIOS
 # the coarse clock is used only when slow_callback_duration is at least
 # _COARSE_TICKS_PER_SLOW ticks, so that no quick stretch is called slow.
 _COARSE_STEP = coarse_step() if cython.compiled else 0.0
+# Whether call_later may read the clock in C (compiled, on Linux): a module
+# constant, which the interpreted build tests for less than cython.compiled.
+_C_CLOCK = cython.compiled and C_MONOTONIC
 _COARSE_TICKS_OF_MARGIN = 4.0
 _COARSE_TICKS_PER_SLOW = 10.0
 # After an iteration that took less than a tick (its coarse reading equals the
@@ -713,6 +716,7 @@ class CoreLoop:
         self._waker.wake()
         return handle
 
+    @cython.locals(seconds=cython.double)
     def call_later(
         self,
         delay: float,
@@ -723,6 +727,15 @@ class CoreLoop:
         """Run ``callback(*args)`` after ``delay`` seconds."""
         if delay is None:
             raise TypeError("delay must not be None")
+        if _C_CLOCK and self._now is _monotonic and (type(delay) is float or type(delay) is int):
+            # The clock read in C and the sum of two doubles: the same float as
+            # time.monotonic() + delay (see monotonic_seconds in runloop.pxd, and
+            # float + int converts the int as this does), without a Python call
+            # and two float objects.  A server that re-arms an idle timeout per
+            # request pays for these on every request.
+            seconds = delay
+            seconds += monotonic_seconds()  # type: ignore[operator]  # the shim's
+            return self._push_timer(seconds, callback, args, context, 3)
         # asyncio's call_later goes through its call_at: one more frame of
         # its own in a debug-mode record (see _push_timer).
         return self._push_timer(self._now() + delay, callback, args, context, 3)
