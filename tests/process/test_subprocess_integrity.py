@@ -269,6 +269,32 @@ def test_r_sp_4_close_running_child(any_loop, how, expected):
         os.kill(pid, 0)
 
 
+def test_close_kills_a_running_child_without_polling_it(loop):
+    """close() kills through the exit watch, which never reaps, and not Popen.kill.
+
+    Popen.kill polls first, and a poll that finds the child just dead reaps it.
+    Where the watch is a thread (no pidfd, as on PyPy), that thread's waitpid could
+    then fail between Popen's reap and Popen's record of the status, and report 255:
+    kill() then close() did so in CI on PyPy.
+    """
+    polls = []
+
+    async def main():
+        tr, proto = await loop.subprocess_exec(asyncio.SubprocessProtocol, *SLEEPER)
+        popen_poll = tr._proc.poll
+
+        def poll():
+            polls.append("poll")
+            return popen_poll()
+
+        tr._proc.poll = poll
+        tr.close()
+        return await tr._wait()
+
+    assert run(loop, main()) == -signal.SIGKILL
+    assert polls == []
+
+
 # -- R-SP-5: a grandchild keeps stdout open ---------------------------------------------
 
 

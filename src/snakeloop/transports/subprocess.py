@@ -206,7 +206,13 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             if self._loop.get_debug():
                 logger.warning("Close running child process: kill %r", self)
             try:
-                self._proc.kill()
+                if self._watch is not None:
+                    # Not Popen.kill: it polls first, and a poll that finds the
+                    # child just dead (a kill() right before, say) reaps it, so
+                    # the watch reads no status and reports 255.
+                    self._watch.send_signal(signal.SIGKILL)
+                else:
+                    self._proc.kill()
             except (ProcessLookupError, PermissionError):
                 # Gone already, or setuid and out of our reach.
                 pass
