@@ -702,7 +702,6 @@ TOO_LONG_STILL = {
     "_core/runloop.py": "the run loop, the timer tables and the timed ready loop in one module",
     "loop.py": "the public loop: running, closing, fork safety, futures, tasks and fds",
     "_core/futures.py": "Future and Task, with the views and helpers they share",
-    "CoreLoop._run_iterations": "the iteration is one frame of locals, not yet named steps",
 }
 
 

@@ -1,10 +1,10 @@
 # cython: annotation_typing=False
 """The run loop's totals, behind ``loop.metrics()``.
 
-``CoreLoop._run_iterations`` counts in its frame's locals, which cost a
-fraction of an attribute store, and adds them here in one call
-(``add``): every ``FLUSH_EVERY`` iterations, before a poll that may block,
-and when it returns.  So a reader in another thread, or a callback of the
+``CoreLoop._run_iterations`` counts in the fields of its ``_Run`` (C fields,
+compiled), which cost less than these totals' own, and adds them here in one
+call (``add``): every ``FLUSH_EVERY`` iterations, before a poll that may
+block, and when it returns.  So a reader in another thread, or a callback of the
 loop itself, sees totals at most ``FLUSH_EVERY`` iterations old while the
 loop is busy, and exact ones while it waits or after it stops.
 

@@ -83,6 +83,27 @@ from snakeloop._core.epollwait cimport snakeloop_epoll_events, epoll_wait_list
 from snakeloop._core.suspension cimport suspension_of
 from snakeloop._core.readyqueue cimport learn_deque, queue_append, queue_popleft
 
+# What the steps of one run share (see _Run in runloop.py).
+cdef class _Run:
+    cdef bint once
+    cdef Py_ssize_t countdown, limit
+    cdef Py_ssize_t polls, ran, ran_io, lone, nevents, backlog, fired, ready_peak
+    cdef double idle
+    cdef list lags
+    cdef LoopCounters counters
+    cdef bint timed
+    cdef object now
+    cdef bint c_clock
+    cdef double last_read, flushed_at, slow, flush_gap
+    cdef Py_ssize_t ran_mark, io_mark, lone_mark, timer_mark
+    cdef object handle
+    cdef bint may_skip, skip_poll
+    cdef object popleft
+    cdef bint coarse_ok
+    cdef double coarse_margin, coarse_floor
+    cdef Py_ssize_t coarse_skip, skip_run
+    cdef long long skip_seq
+
 
 cdef class CoreLoop:
     cdef public object _ready
@@ -123,44 +144,7 @@ cdef class CoreLoop:
     cdef public object _timer_ties
     cdef public dict _tie_index
 
-    @cython.locals(
-        compiled=cython.bint,
-        c_clock=cython.bint,
-        scheduled=list,
-        t=double,
-        coarse=double,
-        coarse_margin=double,
-        coarse_ok=cython.bint,
-        may_skip=cython.bint,
-        skip_poll=cython.bint,
-        coarse_skip=Py_ssize_t,
-        skip_run=Py_ssize_t,
-        skip_seq=cython.longlong,
-        coarse_floor=double,
-        last_read=double,
-        flushed_at=double,
-        end_time=double,
-        idle=double,
-        slow=double,
-        flush_gap=double,
-        io_handle=Handle,
-        deadline=double,
-        ntodo=Py_ssize_t,
-        countdown=Py_ssize_t,
-        limit=Py_ssize_t,
-        polls=Py_ssize_t,
-        ran=Py_ssize_t,
-        ran_io=Py_ssize_t,
-        lone=Py_ssize_t,
-        nevents=Py_ssize_t,
-        backlog=Py_ssize_t,
-        fired=Py_ssize_t,
-        ready_peak=Py_ssize_t,
-        ran_mark=Py_ssize_t,
-        io_mark=Py_ssize_t,
-        lone_mark=Py_ssize_t,
-        timer_mark=Py_ssize_t,
-    )
+    @cython.locals(scheduled=list, run=_Run)
     cpdef _run_iterations(self, once)
 
     @cython.locals(handle=Handle)
@@ -181,6 +165,33 @@ cdef class CoreLoop:
     @cython.locals(group=list, kept=list, index=dict)
     cdef _untie(self, TimerHandle timer)
 
+
+
+# The steps of an iteration (runloop.py), folded into _run_iterations.
+@cython.locals(run=_Run, now=object)
+cdef _Run _start_run(CoreLoop loop, bint once)
+@cython.locals(slow=double)
+cdef inline object _read_threshold(CoreLoop loop, _Run run)
+cdef inline double _read_clock(_Run run) except? -1.0
+cdef inline void _mark(_Run run, double t, Py_ssize_t not_run) noexcept
+cdef inline object _end_stretch(CoreLoop loop, _Run run, double t, Py_ssize_t not_run, object last)
+cdef inline object _publish_counts(_Run run, Py_ssize_t iterations)
+cdef inline bint _run_ends(CoreLoop loop, _Run run) except -1
+cdef inline object _poll_without_waiting(CoreLoop loop, _Run run)
+@cython.locals(scheduled=list, timed=cython.bint, t=double, timeout=double, waited=double)
+cdef inline object _wait_for_events(CoreLoop loop, _Run run)
+@cython.locals(scheduled=list, io_handle=Handle)
+cdef inline bint _ran_lone_reader(CoreLoop loop, _Run run, object events) except -1
+@cython.locals(readers=dict, io_handle=Handle)
+cdef inline object _take_io_callbacks(CoreLoop loop, _Run run, object events)
+@cython.locals(coarse=double, deadline=double, t=double, end_time=double)
+cdef inline int _queue_due_timers_compiled(CoreLoop loop, _Run run, list scheduled) except -1
+@cython.locals(t=double, end_time=double)
+cdef inline object _queue_due_timers_interpreted(CoreLoop loop, _Run run, list scheduled)
+@cython.locals(ntodo=Py_ssize_t)
+cdef inline int _run_ready_callbacks(CoreLoop loop, _Run run, object ready, object batch) except -1
+@cython.locals(io_handle=Handle)
+cdef inline object _run_io_batch(_Run run, object ready, list batch)
 
 
 @cython.locals(handle=Handle)

@@ -966,79 +966,21 @@ class CoreLoop:
     def _run_iterations(self, once):
         """Iterate until ``stop()`` (or once): run_forever's loop.
 
-        The iterations share one frame: a call per iteration and reloading
-        the loop's tables cost about as much as a whole iteration's
-        dispatch.  Every bytecode here is paid once per iteration, and a
-        server answering one request per iteration pays it per request, so
-        the shapes below were chosen by measuring (see docs/design.md).
-
-        The metrics (``_core.counters``) are counted in this frame's locals
-        and folded into ``self._counters``: every ``FLUSH_EVERY``
-        iterations, before a poll that may block when the last flush is
-        ``FLUSH_AFTER`` seconds old, and on the way out.  Durations come
-        from the clock reads the iteration makes anyway, plus the two around
-        a poll that may block.  A stretch between
-        two reads (idle time left out) longer than ``slow_callback_duration``
-        goes to ``_slow_stretch``, which has it attributed.  Compiled, the
-        read of step 4 may be of the coarse clock, or skipped (see
-        ``_COARSE_STEP``).
+        The steps of the module docstring, each a function below the class;
+        what they share is a ``_Run``.  Compiled, the steps are inline C
+        functions and the ``_Run`` fields C fields, so this folds back into
+        one function: the figures that chose each step's shape are in
+        docs/design.md ("The iteration").  Interpreted, each step costs a
+        call; the ones that most iterations skip are tested here first.
         """
         ready = self._ready
         readers = self._readers
         writers = self._writers
         internal_readers = self._internal_readers
-        append = ready.append
-        popleft = ready.popleft
-        # Steps 4 and 5 have C versions: Cython folds this into a constant.
-        compiled = cython.compiled
-        now = self._now
-        # Compiled, the real clock is read in C (clock_gettime, as time.monotonic
-        # does it on Linux, to the same float): a Python call and a float object
-        # per read were most of what a pending timer costs an iteration.
-        c_clock = compiled and C_MONOTONIC and now is _monotonic
-        # Local counts since the last flush (see LoopCounters.add).
-        countdown = limit = 1 if once else _FLUSH_EVERY
-        polls = ran = ran_io = lone = nevents = backlog = fired = 0
-        # The longest ready queue an iteration ran (LoopCounters.ready_max).
-        ready_peak = 0
-        idle = 0.0
-        lags = []
-        # ran, ran_io and lone at the last clock read: the callbacks of a stretch
-        # are counted from them (a flush carries them over).  Each is kept as it
-        # was: their sum, made at every wait instead, cost the interpreted build
-        # 1.5% more instructions per echo round trip.  The last one run is in
-        # ``handle`` (every way a callback runs leaves it there): a slow stretch of
-        # one callback is that one's, and of several, it is the one known.
-        ran_mark = io_mark = lone_mark = 0
-        # ``fired`` at the last clock read: how many of a stretch's callbacks
-        # were timers.
-        timer_mark = 0
-        slow = self.slow_callback_duration
-        flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
-        coarse_margin = _COARSE_TICKS_OF_MARGIN * _COARSE_STEP
-        coarse_skip = 0
-        skip_run = _COARSE_SKIPS
-        coarse_floor = 0.0
-        skip_seq = 0
-        coarse_ok = c_clock and 0.0 < _COARSE_TICKS_PER_SLOW * _COARSE_STEP <= slow
-        counters = self._counters
-        # Whether a poll with no timer is timed (metrics=False: not).
-        timed = counters.timed
-        # The last clock read: the stretch since then is timed whole, never
-        # callback by callback.
-        last_read = flushed_at = monotonic_seconds() if c_clock else now()
-        # The heap is replaced only below (compaction) and by set_clock, which
-        # refuses a running loop: it is read once, not every iteration.
+        # The heap is replaced only by compaction (_compact_timers keeps the
+        # list) and by set_clock, which refuses a running loop: read once.
         scheduled = self._scheduled
-        # Whether this iteration may skip its poll (the last one polled); a
-        # run's first iteration may not.
-        may_skip = self._skip_polls_after_polls
-        skip_poll = False
-        handle = io_handle = None
-        # The I/O callbacks of this iteration's events, run by step 5 (see
-        # step 3).  Outside those two steps it is None, or a batch that came out
-        # empty: step 5 drops the one it ran, so an iteration without events
-        # leaves it as it is (resetting it each time cost the chain row 0.4%).
+        run = _start_run(self, once)
         batch = None
         try:
             while True:
@@ -1047,548 +989,48 @@ class CoreLoop:
                 # wake for them, and virtual time would move to them.
                 if (
                     scheduled
-                    and not compiled
+                    and not cython.compiled
                     and self._timer_cancelled_count
                     and scheduled[0] not in self._timers
                 ):
                     self._drop_cancelled_deadlines_at_top()
-
-                # 2-3. Poll, unless callbacks wait and only the waker is
-                # watched, or callbacks wait and the last iteration polled
-                # (step 3 above).
-                if ready or self._stopping:
-                    if readers or writers or internal_readers:
-                        if skip_poll:
-                            skip_poll = False
-                            events = None
-                        else:
-                            events = self._poll(0)
-                            polls += 1
-                            skip_poll = may_skip
-                            if events:
-                                backlog += len(events)
-                    else:
-                        # Nothing but the waker to poll for.
-                        events = None
+                # 2. Poll: until the earliest timer or an event when nothing is
+                # ready; else at once, if an fd besides the waker is watched.
+                if not (ready or self._stopping):
+                    events = _wait_for_events(self, run)
+                elif readers or writers or internal_readers:
+                    events = _poll_without_waiting(self, run)
                 else:
-                    skip_poll = may_skip
-                    # A poll that may wait: it is timed, and the stretch
-                    # before it ends here.  A stretch longer than
-                    # slow_callback_duration is always longer than
-                    # flush_gap (at most that), so both are checked
-                    # behind one test.
-                    polls += 1
-                    # metrics=False: a wait without a timer is not timed.
-                    if timed or scheduled:
-                        t = monotonic_seconds() if c_clock else now()
-                    else:
-                        t = last_read
-                    if t - flushed_at > flush_gap:
-                        if t - last_read > slow:
-                            self._slow_stretch(
-                                t - last_read,
-                                ran - ran_mark + ran_io - io_mark + lone - lone_mark,
-                                fired - timer_mark,
-                                handle,
-                            )
-                            # Ended: a poll that does not wait leaves the
-                            # stretch to step 4, which would count it again.
-                            last_read = t
-                            ran_mark = ran
-                            io_mark = ran_io
-                            lone_mark = lone
-                            timer_mark = fired
-                        # The totals are published here at most every
-                        # FLUSH_AFTER seconds: every time would cost a server
-                        # answering one request per iteration several percent.
-                        flushed_at = t
-                        counters.add(
-                            limit - countdown,
-                            polls,
-                            ran,
-                            ready_peak,
-                            ran_io,
-                            lone,
-                            nevents,
-                            backlog,
-                            idle,
-                            fired,
-                            lags,
-                        )
-                        limit = countdown
-                        ran_mark -= ran
-                        io_mark -= ran_io
-                        lone_mark -= lone
-                        timer_mark -= fired
-                        polls = ran = ran_io = lone = nevents = backlog = fired = ready_peak = 0
-                        idle = 0.0
-                        lags = []
-                        slow = self.slow_callback_duration
-                        flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
-                        coarse_ok = c_clock and 0.0 < _COARSE_TICKS_PER_SLOW * _COARSE_STEP <= slow
-                        # The skips were allowed by the threshold just replaced.
-                        coarse_skip = 0
-                        skip_run = _COARSE_SKIPS
-                    # The last callback's handle goes before a wait, not at
-                    # the end of every iteration: until the next step 5 (or
-                    # lone reader) overwrites it, only the loop's code runs.
-                    handle = io_handle = None
+                    events = None
+                # Steps 3 to 5 at once for one readable fd and nothing else to
+                # do; otherwise one by one.
+                if not (events and _ran_lone_reader(self, run, events)):
+                    # 3. The events' I/O callbacks, in a batch or the queue.
+                    batch = _take_io_callbacks(self, run, events) if events else None
+                    # 4. Due timers to the queue.
                     if scheduled:
-                        timeout = (_first_deadline(scheduled) if compiled else scheduled[0]) - t
-                        if timeout > 0:
-                            # The skips' floor was set from a reading that
-                            # the wait leaves behind.
-                            coarse_skip = 0
-                            skip_run = _COARSE_SKIPS
-                            counters.wait_started = t
-                            if timeout > MAXIMUM_POLL_TIMEOUT:
-                                timeout = MAXIMUM_POLL_TIMEOUT
-                            events = self._poll(timeout)
-                            last_read = monotonic_seconds() if c_clock else now()
-                            ran_mark = ran
-                            io_mark = ran_io
-                            lone_mark = lone
-                            timer_mark = fired
-                            counters.wait_ended = last_read
-                            idle += last_read - t
+                        if cython.compiled:
+                            _queue_due_timers_compiled(self, run, scheduled)
                         else:
-                            events = self._poll(0)
-                    elif timed:
-                        counters.wait_started = t
-                        if readers or writers or self._block_forever is None:
-                            events = self._poll(None)
-                        else:
-                            # Nothing watched and no timer: the loop's deadlock check.
-                            events = self._block_forever()
-                        last_read = monotonic_seconds() if c_clock else now()
-                        ran_mark = ran
-                        io_mark = ran_io
-                        lone_mark = lone
-                        timer_mark = fired
-                        counters.wait_ended = last_read
-                        idle += last_read - t
-                    elif readers or writers or self._block_forever is None:
-                        events = self._poll(None)
-                    else:
-                        events = self._block_forever()
-                if events:
-                    if (
-                        len(events) == 1
-                        and not ready
-                        and not self._observe
-                        and (
-                            not scheduled
-                            or (_first_deadline(scheduled) if compiled else scheduled[0])
-                            >= (monotonic_seconds() if c_clock else now()) + self._clock_resolution
-                        )
-                    ):
-                        # One readable fd, nothing else ready, no timer due: the
-                        # iteration is that one reader's callback, so it runs now
-                        # instead of going through the deque (about a tenth of an
-                        # iteration's cost).  What it schedules waits for the next
-                        # iteration, as it would behind it in the deque.
-                        #
-                        # The lines that run the handle are step 5's, written out
-                        # here and in the batch loop below (Handles only, in both),
-                        # because they hold figures.  One loop for all three (this
-                        # handle, then the batch or the deque by countdown) cost 10%
-                        # more instructions per round trip of a one-connection echo
-                        # and 7% with twenty connections (callgrind, 3.11): this copy
-                        # holds the tcp-1k-1 and streams-1k-1 rows, the batch loop
-                        # tcp-1k-50 and http-50.
-                        fd, mask = events[0]
-                        if mask == _READABLE:
-                            io_handle = readers.get(fd)
-                            if io_handle is not None and not io_handle._cancelled:
-                                # One event, one I/O callback run.
-                                lone += 1
-                                # Kept from now: the last callback's entry goes as the
-                                # next one starts, as popleft() drops it below.
-                                # io_handle keeps it too, as after the batch loop,
-                                # until the next event or wait.
-                                handle = io_handle
-                                try:
-                                    if compiled:
-                                        _run_live_handle(io_handle)
-                                    elif io_handle._args:
-                                        io_handle._context.run(
-                                            io_handle._callback, *io_handle._args
-                                        )
-                                    else:
-                                        io_handle._context.run(io_handle._callback)
-                                except (SystemExit, KeyboardInterrupt):
-                                    raise
-                                except BaseException as exc:
-                                    io_handle._report(exc)
-                                countdown -= 1
-                                if not countdown:
-                                    if once or self._stopping:
-                                        return
-                                    counters.add(
-                                        limit,
-                                        polls,
-                                        ran,
-                                        ready_peak,
-                                        ran_io,
-                                        lone,
-                                        nevents,
-                                        backlog,
-                                        idle,
-                                        fired,
-                                        lags,
-                                    )
-                                    countdown = limit = _FLUSH_EVERY
-                                    ran_mark -= ran
-                                    io_mark -= ran_io
-                                    lone_mark -= lone
-                                    timer_mark -= fired
-                                    polls = ran = ran_io = lone = nevents = backlog = 0
-                                    fired = ready_peak = 0
-                                    idle = 0.0
-                                    lags = []
-                                elif self._stopping:
-                                    return
-                                continue
-                    nevents += len(events)
-                    # With nothing queued before the poll (a server's usual
-                    # iteration), this iteration's batch starts with the I/O
-                    # callbacks: they go into a list and run from it, which
-                    # costs less per callback than the deque.  Each handle is
-                    # still looked up now, before any of them runs, so a
-                    # callback that removes or replaces another fd's reader
-                    # cancels the handle already in the batch, as in asyncio.
-                    if ready or self._observe:
-                        batch = None
-                        add = append
-                    else:
-                        batch = []
-                        add = batch.append
-                    for fd, mask in events:
-                        if mask == _READABLE:
-                            # The common case, a readable fd with a live reader,
-                            # skips the writer table.
-                            io_handle = readers.get(fd)
-                            if io_handle is not None and not io_handle._cancelled:
-                                add(io_handle)
-                                continue
-                        # Any bit but "writable" wakes the reader and any bit
-                        # but "readable" the writer, so errors and hang-ups
-                        # reach both.  The waker and the internal fds are not in
-                        # the reader table: they cost lookups only on a miss.
-                        if mask & _NOT_WRITABLE:
-                            io_handle = readers.get(fd)
-                            if io_handle is not None:
-                                if io_handle._cancelled:
-                                    self._clear_io_handle(fd, readers, _READABLE)
-                                else:
-                                    add(io_handle)
-                            elif fd == self._waker_fd:
-                                self._waker.drain()
-                                continue
-                            elif fd in internal_readers:
-                                # Drained now (the signal pipe), so what it
-                                # queues joins this iteration's batch.
-                                internal_readers[fd]()
-                                continue
-                        if mask & _NOT_READABLE:
-                            io_handle = writers.get(fd)
-                            if io_handle is not None:
-                                if io_handle._cancelled:
-                                    self._clear_io_handle(fd, writers, _WRITABLE)
-                                else:
-                                    add(io_handle)
-
-                # 4. Due timers.  The clock read and the stretch check are
-                # written once per build: the interpreted loop then tests its
-                # build once here, and not the coarse clock's state, which cost
-                # it 0.8% more instructions per iteration with a timer pending.
-                if scheduled:
-                    if compiled:
-                        if coarse_skip and self._timer_seq == skip_seq:
-                            # Skipping (_COARSE_SKIPS), and no timer was set
-                            # since the earliest was found past the floor:
-                            # neither a clock nor the heap is read.  Every
-                            # timer set moves _timer_seq, and a cancel or a
-                            # pop never brings the earliest deadline nearer.
-                            coarse_skip -= 1
-                        elif coarse_ok and (deadline := _first_deadline(scheduled)) >= (
-                            coarse_floor
-                            if coarse_skip
-                            else (coarse := coarse_seconds())
-                            + coarse_margin
-                            + self._clock_resolution
-                        ):
-                            # Not even the latest time the coarse reading
-                            # allows makes the earliest timer due (see
-                            # _COARSE_STEP), so the precise clock is not read;
-                            # nor any clock, for a few iterations after a quick
-                            # one, while every timer is far (_COARSE_SKIPS).
-                            if coarse_skip:
-                                # A timer set during the skips, past the floor.
-                                coarse_skip -= 1
-                                skip_seq = self._timer_seq
-                            elif coarse <= last_read:
-                                # Less than a tick since the last read.
-                                # Not below the reading: timer_delay's seam
-                                # sets a resolution of -inf for one
-                                # iteration only.
-                                coarse_floor = (
-                                    coarse
-                                    + coarse_margin
-                                    + max(self._clock_resolution, 0.0)
-                                    + _COARSE_SKIP_HEADROOM
-                                )
-                                if deadline >= coarse_floor:
-                                    coarse_skip = skip_run
-                                    skip_seq = self._timer_seq
-                                    if skip_run < _COARSE_SKIPS_MAX:
-                                        skip_run += skip_run + 1
-                                last_read = coarse
-                            else:
-                                if coarse - last_read > slow:
-                                    self._slow_stretch(
-                                        coarse - last_read,
-                                        ran - ran_mark + ran_io - io_mark + lone - lone_mark,
-                                        fired - timer_mark,
-                                        handle,
-                                    )
-                                skip_run = _COARSE_SKIPS
-                                last_read = coarse
-                                ran_mark = ran
-                                io_mark = ran_io
-                                lone_mark = lone
-                                timer_mark = fired
-                        else:
-                            # The skips end at the first timer that may be
-                            # due: their floor was set from a reading now past.
-                            coarse_skip = 0
-                            skip_run = _COARSE_SKIPS
-                            t = monotonic_seconds() if c_clock else now()
-                            if t - last_read > slow:
-                                self._slow_stretch(
-                                    t - last_read,
-                                    ran - ran_mark + ran_io - io_mark + lone - lone_mark,
-                                    fired - timer_mark,
-                                    handle,
-                                )
-                            last_read = t
-                            ran_mark = ran
-                            io_mark = ran_io
-                            lone_mark = lone
-                            timer_mark = fired
-                            # Read each time: timer_delay's seam changes it while the loop runs.
-                            end_time = t + self._clock_resolution
-                            deadline = _first_deadline(scheduled)
-                            if deadline < end_time:
-                                # How late the iteration's earliest due timer runs.
-                                lags.append(t - deadline)
-                                fired -= len(ready)
-                                self._queue_due_timers(end_time)
-                                fired += len(ready)
-                    else:
-                        t = now()
-                        if t - last_read > slow:
-                            self._slow_stretch(
-                                t - last_read,
-                                ran - ran_mark + ran_io - io_mark + lone - lone_mark,
-                                fired - timer_mark,
-                                handle,
-                            )
-                        last_read = t
-                        ran_mark = ran
-                        io_mark = ran_io
-                        lone_mark = lone
-                        timer_mark = fired
-                        end_time = t + self._clock_resolution
-                        when = scheduled[0]
-                        if when < end_time:
-                            lags.append(t - when)
-                            timers = self._timers
-                            fired -= len(ready)
-                            while True:
-                                heappop(scheduled)
-                                entry = timers.pop(when, None)
-                                if entry is None:
-                                    # A cancelled timer's deadline (step 1 drops
-                                    # only those on top): it leaves the count.
-                                    self._timer_cancelled_count -= 1
-                                elif entry.__class__ is list:
-                                    for handle in entry:
-                                        handle._scheduled = False
-                                        append(handle)
-                                else:
-                                    entry._scheduled = False
-                                    append(entry)
-                                if not scheduled:
-                                    break
-                                when = scheduled[0]
-                                if when >= end_time:
-                                    break
-                            fired += len(ready)
-                            # Like ``handle`` at the end of the iteration: a traceback
-                            # can keep this frame after the return, with the last
-                            # timer fired.
-                            entry = None
-
-                # 5. Run what was ready when this step began.  A countdown, not
-                # range(): most iterations run one or two callbacks, and building
-                # the range and its iterator costs more than the decrements.
-                # (Copying the deque into a list and running it with ``for``
-                # cost the chain row 18% more instructions per callback.)
-                ntodo = len(ready)
-                ran += ntodo
-                if ntodo > ready_peak:
-                    ready_peak = ntodo
-                if self._observe:
-                    # Debug mode, instruments or a metrics timing window:
-                    # every callback through the observer (snakeloop.observing).
-                    handle = None
-                    if self._timed is not None:
-                        self._run_ready_timed(ntodo, ready, self._timed)
-                    else:
-                        self._observe.run_ready(ntodo)
-                    ntodo = 0
-                elif batch:
-                    # The I/O callbacks first; then the deque's callbacks, which
-                    # are this iteration's timers and signal handlers only (what
-                    # the batch schedules lands behind them, for the next one).
-                    ran_io += len(batch)
-                    handle = None
-                    for io_handle in batch:
-                        if io_handle._cancelled:
-                            continue
-                        try:
-                            if compiled:
-                                _run_live_handle(io_handle)
-                            elif io_handle._args:
-                                io_handle._context.run(io_handle._callback, *io_handle._args)
-                            else:
-                                io_handle._context.run(io_handle._callback)
-                        except (SystemExit, KeyboardInterrupt):
-                            # The callbacks not run yet go back to the front of
-                            # the deque, where asyncio would still hold them
-                            # when the loop runs again.
-                            ready.extendleft(reversed(batch[batch.index(io_handle) + 1 :]))
-                            raise
-                        except BaseException as exc:
-                            io_handle._report(exc)
-                    handle = io_handle
-                    batch = None
-                if compiled:
-                    # The same loop in C (see _run_ready).  A long batch runs in
-                    # stretches of _STRETCH_CALLBACKS, with a read of the C clock
-                    # (tens of nanoseconds) after each: a slow stretch is then a
-                    # few callbacks that held the loop, not 10,000 quick ones
-                    # whose sum passed slow_callback_duration, and only the
-                    # former opens a timing window (snakeloop.metrics), where
-                    # every callback is timed to find the slow one.  The
-                    # interpreted build reads its clock once per iteration: a
-                    # read there is a Python call.
-                    if ntodo:
-                        # The last callback's entry goes before the next one runs,
-                        # as popleft() drops it in the interpreted loop below.
-                        handle = None
-                    if c_clock:
-                        while ntodo > _STRETCH_CALLBACKS:
-                            self._run_ready(_STRETCH_CALLBACKS, ready)
-                            ntodo -= _STRETCH_CALLBACKS
-                            t = monotonic_seconds()
-                            if t - last_read > slow:
-                                # The ntodo left have not run yet.
-                                self._slow_stretch(
-                                    t - last_read,
-                                    ran - ntodo - ran_mark + ran_io - io_mark + lone - lone_mark,
-                                    fired - timer_mark,
-                                    None,
-                                )
-                            last_read = t
-                            ran_mark = ran - ntodo
-                            io_mark = ran_io
-                            lone_mark = lone
-                            timer_mark = fired
-                    if ntodo:
-                        handle = self._run_ready(ntodo, ready)
-                        ntodo = 0
-                while ntodo:
-                    ntodo -= 1
-                    handle = popleft()
-                    # Handle._run, or its plain-entry twin, written out: a call
-                    # per callback cost 4 to 6% more instructions on the chain,
-                    # chains100 and sleep0 rows.
-                    try:
-                        if handle.__class__ is tuple:
-                            # (callback, arg, context), read in place: locals
-                            # would hold them until the next wait.
-                            handle[2].run(handle[0], handle[1])
-                        elif handle._cancelled:
-                            pass
-                        elif handle._args:
-                            handle._context.run(handle._callback, *handle._args)
-                        else:
-                            # Without arguments (readers, writers, most call_soon
-                            # calls) the call skips building a new argument tuple.
-                            handle._context.run(handle._callback)
-                    except (SystemExit, KeyboardInterrupt):
-                        raise
-                    except BaseException as exc:
-                        _as_handle(self, handle)._report(exc)
-                countdown -= 1
-                if not countdown:
-                    if once or self._stopping:
-                        return
-                    counters.add(
-                        limit,
-                        polls,
-                        ran,
-                        ready_peak,
-                        ran_io,
-                        lone,
-                        nevents,
-                        backlog,
-                        idle,
-                        fired,
-                        lags,
-                    )
-                    countdown = limit = _FLUSH_EVERY
-                    ran_mark -= ran
-                    io_mark -= ran_io
-                    lone_mark -= lone
-                    timer_mark -= fired
-                    polls = ran = ran_io = lone = nevents = backlog = fired = ready_peak = 0
-                    idle = 0.0
-                    lags = []
-                elif self._stopping:
+                            _queue_due_timers_interpreted(self, run, scheduled)
+                    # 5. Run what was ready when this step began.
+                    _run_ready_callbacks(self, run, ready, batch)
+                # The counts go to the loop's totals every FLUSH_EVERY iterations.
+                run.countdown -= 1
+                if (not run.countdown or self._stopping) and _run_ends(self, run):
                     return
         finally:
             if not once:
                 # The run's last stretch ends here: a stall in its last
                 # callbacks is seen now or never, since the next run starts
                 # a stretch of its own.  One read a run, not an iteration.
-                t = monotonic_seconds() if c_clock else now()
-                if t - last_read > slow:
-                    self._slow_stretch(
-                        t - last_read,
-                        ran - ran_mark + ran_io - io_mark + lone - lone_mark,
-                        fired - timer_mark,
-                        handle,
-                    )
+                _end_stretch(self, run, _read_clock(run), 0, run.handle)
             # A traceback that passed through this frame keeps its locals
             # alive after the return: drop the last callback's handle.
-            handle = io_handle = None
+            run.handle = None
+            batch = None
             # Every way out (stop, run_once, an exception) keeps the counts.
-            counters.add(
-                limit - countdown,
-                polls,
-                ran,
-                ready_peak,
-                ran_io,
-                lone,
-                nevents,
-                backlog,
-                idle,
-                fired,
-                lags,
-            )
+            _publish_counts(run, run.limit - run.countdown)
 
     def _run_ready(self, ntodo, ready):
         """Step 5, compiled: run the first ``ntodo`` entries of the ready queue.
@@ -1938,6 +1380,577 @@ class CoreLoop:
             index[deadline] = kept
         else:
             del index[deadline]
+
+
+# -- the steps of an iteration -------------------------------------------------
+#
+# CoreLoop._run_iterations calls these in order.  Compiled, they are inline C
+# functions (runloop.pxd) over a _Run, whose fields are C fields: the C
+# compiler folds them back into the run loop.  Interpreted, each is a call.
+
+
+class _Run:
+    """What the steps of one run of the loop share: a call of ``_run_iterations``.
+
+    - The metrics (``_core.counters``), counted here and added to the loop's
+      ``LoopCounters`` in one call (``_publish_counts``): every
+      ``FLUSH_EVERY`` iterations (``countdown``), before a poll that may block
+      when the last flush is ``FLUSH_AFTER`` seconds old, and on the way out.
+    - The stretch since the last clock read: a stretch (idle time left out)
+      longer than ``slow_callback_duration`` goes to ``_slow_stretch``.  The
+      callbacks of a stretch are counted from the ``*_mark`` fields, the
+      counts at that read; ``handle`` is the entry of the last callback run,
+      or None where the loop did not keep it.
+    - Poll skipping (``skip_poll``, ``may_skip``): see step 3 above.
+    - The coarse clock's skips, compiled (``coarse_*``, ``skip_*``; see
+      ``_COARSE_STEP``).
+    """
+
+    __slots__ = (
+        "once",
+        "countdown",
+        "limit",
+        "polls",
+        "ran",
+        "ran_io",
+        "lone",
+        "nevents",
+        "backlog",
+        "fired",
+        "ready_peak",
+        "idle",
+        "lags",
+        "counters",
+        "timed",
+        "now",
+        "c_clock",
+        "last_read",
+        "flushed_at",
+        "slow",
+        "flush_gap",
+        "ran_mark",
+        "io_mark",
+        "lone_mark",
+        "timer_mark",
+        "handle",
+        "may_skip",
+        "skip_poll",
+        "popleft",
+        "coarse_ok",
+        "coarse_margin",
+        "coarse_skip",
+        "skip_run",
+        "coarse_floor",
+        "skip_seq",
+    )
+
+
+def _start_run(loop, once):
+    """A new run of ``loop``: one iteration if ``once``, else until ``stop()``."""
+    run = _Run.__new__(_Run)
+    run.once = once
+    run.countdown = run.limit = 1 if once else _FLUSH_EVERY
+    run.polls = run.ran = run.ran_io = run.lone = run.nevents = run.backlog = 0
+    run.fired = run.ready_peak = 0
+    run.idle = 0.0
+    run.lags = []
+    run.counters = loop._counters
+    # Whether a poll with no timer is timed (metrics=False: not).
+    run.timed = loop._counters.timed
+    now = loop._now
+    run.now = now
+    # Compiled, the real clock is read in C (clock_gettime, as time.monotonic
+    # does it on Linux, to the same float): a Python call and a float object
+    # per read were most of what a pending timer costs an iteration.
+    run.c_clock = _C_CLOCK and now is _monotonic
+    run.last_read = run.flushed_at = _read_clock(run)
+    run.ran_mark = run.io_mark = run.lone_mark = run.timer_mark = 0
+    run.handle = None
+    # A run's first iteration polls; then, unless seeded, one poll in two may
+    # be skipped while callbacks wait.
+    run.may_skip = loop._skip_polls_after_polls
+    run.skip_poll = False
+    run.popleft = loop._ready.popleft
+    run.coarse_margin = _COARSE_TICKS_OF_MARGIN * _COARSE_STEP
+    run.coarse_floor = 0.0
+    run.skip_seq = 0
+    _read_threshold(loop, run)
+    return run
+
+
+def _read_threshold(loop, run):
+    """Take ``slow_callback_duration`` again, and what depends on it."""
+    slow = loop.slow_callback_duration
+    run.slow = slow
+    run.flush_gap = slow if slow < _FLUSH_AFTER else _FLUSH_AFTER
+    run.coarse_ok = run.c_clock and 0.0 < _COARSE_TICKS_PER_SLOW * _COARSE_STEP <= slow
+    # The skips were allowed by the threshold just replaced.
+    run.coarse_skip = 0
+    run.skip_run = _COARSE_SKIPS
+
+
+def _read_clock(run):
+    """The loop's clock: in C when it is the real one, compiled."""
+    if run.c_clock:
+        return monotonic_seconds()
+    # Read as a field, then called: ``run.now()`` would look the name up as a
+    # method first, which costs the interpreted build a type lookup per read.
+    now = run.now
+    return now()
+
+
+def _mark(run, t, not_run):
+    """A clock read at ``t``: a new stretch starts, ``not_run`` callbacks of
+    this iteration still to come."""
+    run.last_read = t
+    run.ran_mark = run.ran - not_run
+    run.io_mark = run.ran_io
+    run.lone_mark = run.lone
+    run.timer_mark = run.fired
+
+
+def _end_stretch(loop, run, t, not_run, last):
+    """The stretch since the last clock read ends at ``t``: a slow one is
+    reported, with ``last`` as its last callback's entry."""
+    if t - run.last_read > run.slow:
+        loop._slow_stretch(
+            t - run.last_read,
+            run.ran - not_run - run.ran_mark + run.ran_io - run.io_mark + run.lone - run.lone_mark,
+            run.fired - run.timer_mark,
+            last,
+        )
+    _mark(run, t, not_run)
+
+
+def _publish_counts(run, iterations):
+    """Add the counts of the last ``iterations`` to the loop's totals."""
+    run.counters.add(
+        iterations,
+        run.polls,
+        run.ran,
+        run.ready_peak,
+        run.ran_io,
+        run.lone,
+        run.nevents,
+        run.backlog,
+        run.idle,
+        run.fired,
+        run.lags,
+    )
+    # The marks carry over: a stretch's callbacks are counted across a flush.
+    run.ran_mark -= run.ran
+    run.io_mark -= run.ran_io
+    run.lone_mark -= run.lone
+    run.timer_mark -= run.fired
+    run.polls = run.ran = run.ran_io = run.lone = run.nevents = run.backlog = 0
+    run.fired = run.ready_peak = 0
+    run.idle = 0.0
+    run.lags = []
+
+
+def _run_ends(loop, run):
+    """After an iteration that ends the count to a flush, or with ``stop()``
+    called: whether the run ends (``stop()``, or once)."""
+    if run.countdown or run.once or loop._stopping:
+        return True
+    _publish_counts(run, run.limit)
+    run.countdown = run.limit = _FLUSH_EVERY
+    return False
+
+
+def _poll_without_waiting(loop, run):
+    """Step 2 while callbacks wait: the events of a poll that does not block,
+    or None where the poll is skipped (step 3 above)."""
+    if run.skip_poll:
+        run.skip_poll = False
+        return None
+    events = loop._poll(0)
+    run.polls += 1
+    run.skip_poll = run.may_skip
+    if events:
+        run.backlog += len(events)
+    return events
+
+
+def _wait_for_events(loop, run):
+    """Step 2 with nothing ready: poll until the earliest timer is due, or
+    an event.  The wait is timed, and the stretch before it ends here.
+
+    (The clock reads and the marks are written out: a call for each cost the
+    interpreted build several percent per echo round trip.)"""
+    run.skip_poll = run.may_skip
+    run.polls += 1
+    scheduled = loop._scheduled
+    timed = run.timed
+    # metrics=False: a wait without a timer is not timed.
+    if not (timed or scheduled):
+        t = run.last_read
+    elif run.c_clock:
+        t = monotonic_seconds()
+    else:
+        now = run.now  # (see _read_clock)
+        t = now()
+    if t - run.flushed_at > run.flush_gap:
+        # A stretch longer than slow_callback_duration is always longer than
+        # flush_gap (at most that), so both are checked behind one test.
+        if t - run.last_read > run.slow:
+            # Ended: a poll that does not wait leaves the stretch to step 4,
+            # which would count it again.
+            _end_stretch(loop, run, t, 0, run.handle)
+        # The totals are published here at most every FLUSH_AFTER seconds:
+        # every time would cost a server answering one request per iteration
+        # several percent.
+        run.flushed_at = t
+        _publish_counts(run, run.limit - run.countdown)
+        run.limit = run.countdown
+        _read_threshold(loop, run)
+    # The last callback's handle goes before a wait, not at the end of every
+    # iteration: until the next step 5 (or lone reader) overwrites it, only
+    # the loop's code runs.
+    run.handle = None
+    if scheduled:
+        timeout = (_first_deadline(scheduled) if cython.compiled else scheduled[0]) - t
+        if timeout <= 0:
+            return loop._poll(0)
+        # The skips' floor was set from a reading that the wait leaves behind.
+        run.coarse_skip = 0
+        run.skip_run = _COARSE_SKIPS
+        run.counters.wait_started = t
+        events = loop._poll(timeout if timeout < MAXIMUM_POLL_TIMEOUT else MAXIMUM_POLL_TIMEOUT)
+    else:
+        if timed:
+            run.counters.wait_started = t
+        if loop._readers or loop._writers or loop._block_forever is None:
+            events = loop._poll(None)
+        else:
+            # Nothing watched and no timer: the loop's deadlock check.
+            events = loop._block_forever()
+        if not timed:
+            return events
+    # A new stretch starts after the wait (see _mark).
+    if run.c_clock:
+        waited = monotonic_seconds()
+    else:
+        now = run.now
+        waited = now()
+    run.last_read = waited
+    run.ran_mark = run.ran
+    run.io_mark = run.ran_io
+    run.lone_mark = run.lone
+    run.timer_mark = run.fired
+    run.counters.wait_ended = waited
+    run.idle += waited - t
+    return events
+
+
+def _ran_lone_reader(loop, run, events):
+    """Steps 3-5 when the poll found one readable fd, nothing else is ready and
+    no timer is due: run that reader's callback now, and say whether it ran.
+
+    The iteration is then that one callback, and going through the deque
+    costs about a tenth of an iteration.  What it schedules waits for the
+    next iteration, as it would behind it in the deque.  (One loop for this
+    handle and the batch cost 10% more instructions per round trip of a
+    one-connection echo, callgrind, 3.11: this holds the tcp-1k-1 and
+    streams-1k-1 rows, the batch tcp-1k-50 and http-50.)
+    """
+    if len(events) != 1 or loop._ready or loop._observe:
+        return False
+    scheduled = loop._scheduled
+    if (
+        scheduled
+        and (_first_deadline(scheduled) if cython.compiled else scheduled[0])
+        < _read_clock(run) + loop._clock_resolution
+    ):
+        return False
+    fd, mask = events[0]
+    if mask != _READABLE:
+        return False
+    io_handle = loop._readers.get(fd)
+    if io_handle is None or io_handle._cancelled:
+        return False
+    # One event, one I/O callback run; its entry is the stretch's last.
+    run.lone += 1
+    run.handle = io_handle
+    try:
+        if cython.compiled:
+            _run_live_handle(io_handle)
+        elif io_handle._args:
+            io_handle._context.run(io_handle._callback, *io_handle._args)
+        else:
+            io_handle._context.run(io_handle._callback)
+    except (SystemExit, KeyboardInterrupt):
+        io_handle = None
+        raise
+    except BaseException as exc:
+        io_handle._report(exc)
+        # The error's traceback holds this frame, and the frame its locals.
+        io_handle = None
+    return True
+
+
+def _take_io_callbacks(loop, run, events):
+    """Step 3: queue the I/O callbacks of ``events``.
+
+    With nothing queued before the poll (a server's usual iteration), they
+    go into a list, returned, which step 5 runs before the deque: a list
+    costs less per callback than the deque.  Each handle is still looked up
+    now, before any of them runs, so a callback that removes or replaces
+    another fd's reader cancels the handle already in the batch, as in
+    asyncio.  Otherwise they join the deque, and this returns None.
+    """
+    run.nevents += len(events)
+    ready = loop._ready
+    if ready or loop._observe:
+        batch = None
+        add = ready.append
+    else:
+        batch = []
+        add = batch.append
+    readers = loop._readers
+    for fd, mask in events:
+        if mask == _READABLE:
+            # The common case, a readable fd with a live reader, skips the
+            # writer table.
+            io_handle = readers.get(fd)
+            if io_handle is not None and not io_handle._cancelled:
+                add(io_handle)
+                continue
+        # Any bit but "writable" wakes the reader and any bit but "readable"
+        # the writer, so errors and hang-ups reach both.  The waker and the
+        # internal fds are not in the reader table: they cost lookups only on
+        # a miss.
+        if mask & _NOT_WRITABLE:
+            io_handle = readers.get(fd)
+            if io_handle is not None:
+                if io_handle._cancelled:
+                    loop._clear_io_handle(fd, readers, _READABLE)
+                else:
+                    add(io_handle)
+            elif fd == loop._waker_fd:
+                loop._waker.drain()
+                continue
+            elif fd in loop._internal_readers:
+                # Drained now (the signal pipe), so what it queues joins this
+                # iteration's batch.
+                loop._internal_readers[fd]()
+                continue
+        if mask & _NOT_READABLE:
+            io_handle = loop._writers.get(fd)
+            if io_handle is not None:
+                if io_handle._cancelled:
+                    loop._clear_io_handle(fd, loop._writers, _WRITABLE)
+                else:
+                    add(io_handle)
+    return batch
+
+
+def _queue_due_timers_compiled(loop, run, scheduled):
+    """Step 4, compiled: queue the due timers, reading the coarse clock first.
+
+    While not even the latest time the coarse reading allows makes the
+    earliest timer due (see ``_COARSE_STEP``), the precise clock is not read;
+    nor any clock, for a few iterations after a quick one, while every timer
+    is far (``_COARSE_SKIPS``).
+    """
+    if run.coarse_skip:
+        if loop._timer_seq == run.skip_seq:
+            # No timer was set since the earliest was found past the floor:
+            # neither a clock nor the heap is read.  Every timer set moves
+            # _timer_seq, and a cancel or a pop never brings the earliest
+            # deadline nearer.
+            run.coarse_skip -= 1
+            return 0
+        if run.coarse_ok and _first_deadline(scheduled) >= run.coarse_floor:
+            # A timer set during the skips, past the floor.
+            run.coarse_skip -= 1
+            run.skip_seq = loop._timer_seq
+            return 0
+    elif run.coarse_ok:
+        coarse = coarse_seconds()
+        deadline = _first_deadline(scheduled)
+        if deadline >= coarse + run.coarse_margin + loop._clock_resolution:
+            if coarse <= run.last_read:
+                # Less than a tick since the last read.  Not below the
+                # reading: timer_delay's seam sets a resolution of -inf for
+                # one iteration only.
+                run.coarse_floor = (
+                    coarse
+                    + run.coarse_margin
+                    + max(loop._clock_resolution, 0.0)
+                    + _COARSE_SKIP_HEADROOM
+                )
+                if deadline >= run.coarse_floor:
+                    run.coarse_skip = run.skip_run
+                    run.skip_seq = loop._timer_seq
+                    if run.skip_run < _COARSE_SKIPS_MAX:
+                        run.skip_run += run.skip_run + 1
+                run.last_read = coarse
+            else:
+                _end_stretch(loop, run, coarse, 0, run.handle)
+                run.skip_run = _COARSE_SKIPS
+            return 0
+    # The skips end at the first timer that may be due: their floor was set
+    # from a reading now past.
+    run.coarse_skip = 0
+    run.skip_run = _COARSE_SKIPS
+    t = _read_clock(run)
+    _end_stretch(loop, run, t, 0, run.handle)
+    # Read each time: timer_delay's seam changes it while the loop runs.
+    end_time = t + loop._clock_resolution
+    deadline = _first_deadline(scheduled)
+    if deadline < end_time:
+        # How late the iteration's earliest due timer runs.
+        run.lags.append(t - deadline)
+        ready = loop._ready
+        run.fired -= len(ready)
+        loop._queue_due_timers(end_time)
+        run.fired += len(ready)
+    return 0
+
+
+def _queue_due_timers_interpreted(loop, run, scheduled):
+    """Step 4, interpreted: queue the timers due within a clock resolution.
+
+    The heap holds deadlines, and ``_timers`` the handle or handles of each.
+    """
+    now = run.now  # (see _read_clock)
+    t = now()
+    _end_stretch(loop, run, t, 0, run.handle)
+    end_time = t + loop._clock_resolution
+    when = scheduled[0]
+    if when >= end_time:
+        return
+    run.lags.append(t - when)
+    timers = loop._timers
+    ready = loop._ready
+    append = ready.append
+    run.fired -= len(ready)
+    while True:
+        heappop(scheduled)
+        entry = timers.pop(when, None)
+        if entry is None:
+            # A cancelled timer's deadline (step 1 drops only those on top):
+            # it leaves the count.
+            loop._timer_cancelled_count -= 1
+        elif entry.__class__ is list:
+            for timer in entry:
+                timer._scheduled = False
+                append(timer)
+        else:
+            entry._scheduled = False
+            append(entry)
+        if not scheduled:
+            break
+        when = scheduled[0]
+        if when >= end_time:
+            break
+    run.fired += len(ready)
+
+
+def _run_ready_callbacks(loop, run, ready, batch):
+    """Step 5: run what was ready when this step began, ``batch`` first.
+
+    The deque's callbacks are then this iteration's timers and signal
+    handlers only: what the batch schedules lands behind them, for the next
+    iteration.  Callbacks run through the observer (``snakeloop.observing``)
+    in debug mode, with instruments or in a metrics timing window.
+    """
+    ntodo = len(ready)
+    run.ran += ntodo
+    if ntodo > run.ready_peak:
+        run.ready_peak = ntodo
+    if loop._observe:
+        run.handle = None
+        if loop._timed is not None:
+            loop._run_ready_timed(ntodo, ready, loop._timed)
+        else:
+            loop._observe.run_ready(ntodo)
+        return 0
+    if batch:
+        _run_io_batch(run, ready, batch)
+    if not ntodo:
+        return 0
+    # The last iteration's entry goes before this one's first runs.
+    run.handle = None
+    if cython.compiled:
+        # CoreLoop._run_ready runs the deque in C.  A long queue runs in
+        # stretches of _STRETCH_CALLBACKS, with a read of the C clock (tens of
+        # nanoseconds) after each: a slow stretch is then a few callbacks that
+        # held the loop, not 10,000 quick ones whose sum passed
+        # slow_callback_duration, and only the former opens a timing window
+        # (snakeloop.metrics), where every callback is timed to find the slow
+        # one.  The interpreted build reads its clock once per iteration: a
+        # read there is a Python call.
+        if run.c_clock:
+            while ntodo > _STRETCH_CALLBACKS:
+                loop._run_ready(_STRETCH_CALLBACKS, ready)
+                ntodo -= _STRETCH_CALLBACKS
+                # The ntodo left have not run yet.
+                _end_stretch(loop, run, monotonic_seconds(), ntodo, None)
+        run.handle = loop._run_ready(ntodo, ready)
+        return 0
+    # Interpreted, the deque's entries run here.  A countdown, not range():
+    # most iterations run one or two callbacks, and building the range and
+    # its iterator costs more than the decrements.  (Copying the deque into a
+    # list and running it with ``for`` cost the chain row 18% more
+    # instructions per callback.)  Handle._run, or its plain-entry twin, is
+    # written out: a call per callback cost 4 to 6% more instructions on the
+    # chain, chains100 and sleep0 rows.
+    popleft = run.popleft
+    while ntodo:
+        ntodo -= 1
+        handle = popleft()
+        try:
+            if handle.__class__ is tuple:
+                # (callback, arg, context), read in place: locals would hold
+                # them until the next wait.
+                handle[2].run(handle[0], handle[1])
+            elif handle._cancelled:
+                pass
+            elif handle._args:
+                handle._context.run(handle._callback, *handle._args)
+            else:
+                # Without arguments (readers, writers, most call_soon calls)
+                # the call skips building a new argument tuple.
+                handle._context.run(handle._callback)
+        except (SystemExit, KeyboardInterrupt):
+            run.handle = handle
+            handle = None
+            raise
+        except BaseException as exc:
+            _as_handle(loop, handle)._report(exc)
+    run.handle = handle
+    # A reported error's traceback holds this frame, and the frame its locals.
+    handle = None
+    return 0
+
+
+def _run_io_batch(run, ready, batch):
+    """Step 5's I/O callbacks (step 3's batch), before the deque's."""
+    run.ran_io += len(batch)
+    run.handle = None
+    for io_handle in batch:
+        if io_handle._cancelled:
+            continue
+        try:
+            if cython.compiled:
+                _run_live_handle(io_handle)
+            elif io_handle._args:
+                io_handle._context.run(io_handle._callback, *io_handle._args)
+            else:
+                io_handle._context.run(io_handle._callback)
+        except (SystemExit, KeyboardInterrupt):
+            # The callbacks not run yet go back to the front of the deque,
+            # where asyncio would still hold them when the loop runs again.
+            ready.extendleft(reversed(batch[batch.index(io_handle) + 1 :]))
+            io_handle = batch = None
+            raise
+        except BaseException as exc:
+            io_handle._report(exc)
+    run.handle = io_handle
+    # A reported error's traceback holds this frame, and the frame its locals.
+    io_handle = batch = None
 
 
 class TimeAttribute:

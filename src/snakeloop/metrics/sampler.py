@@ -6,10 +6,11 @@ busy loop outside a timing window, is seen only afterwards.  The sampler
 looks at the loop thread's innermost frame every ``INTERVAL`` seconds with
 ``sys._current_frames()`` and reports a stall when the same frame stays at
 the same instruction for ``slow_callback_duration`` or longer, unless
-that frame is the run loop's own or a ``poll`` method: the loop waiting
-for I/O (its backends poll in C, called from ``_run_iterations``).  In the
-compiled build ``_run_iterations`` has no frame; the frame of the code that
-called it (``run_forever``'s) is then the innermost one and stands for it,
+that frame is the run loop's own (a step in ``_core/runloop.py``) or a
+``poll`` method: the loop waiting for I/O (its backends poll in C, called
+from ``_run_iterations``).  In the compiled build ``_run_iterations`` has no
+frame; the frame of the code that called it (``run_forever``'s) is then the
+innermost one and stands for it,
 and a wait in a poll is also told by the loop's counters, which mark it
 (``wait_started`` after ``wait_ended``), for a loop run through a wrapped
 ``_run_once``.
@@ -35,7 +36,8 @@ __all__ = ["INTERVAL", "Sampler"]
 
 INTERVAL = 0.02
 
-_RUN_ITERATIONS = CoreLoop._run_iterations.__code__
+# The run loop and its steps (interpreted: the compiled ones have no frames).
+_RUN_LOOP_FILE = CoreLoop._run_iterations.__code__.co_filename
 
 
 def _waiting_in_poll(counters: Any) -> bool:
@@ -72,7 +74,7 @@ class Sampler:
             now = time.monotonic()
             if (
                 frame is None
-                or frame.f_code is _RUN_ITERATIONS
+                or frame.f_code.co_filename == _RUN_LOOP_FILE
                 or frame is self._runner
                 or frame.f_code.co_name == "poll"
                 or _waiting_in_poll(self._loop._counters)
