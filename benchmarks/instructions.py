@@ -330,8 +330,23 @@ def _out_file(loop: str, workload: str, scale: float) -> str:
     return os.path.join(folder, f"{loop}.{workload}.{scale}.out")
 
 
+def _fixed_layout() -> list[str]:
+    """The prefix that runs a command with address-space randomization off, where it can.
+
+    CPython's type-attribute cache picks a slot from the name object's address, so where
+    the interpreter's objects land moves a row's count between runs of the same code (the
+    compiled echo-streams row sat at 25,040, 25,220 or 25,550 by run, and 24,706 to 24,722
+    with randomization off).  The layout still depends on the command line, so compare
+    loops measured in the same call."""
+    setarch = shutil.which("setarch")
+    if setarch is None or not sys.platform.startswith("linux"):
+        return []
+    return [setarch, os.uname().machine, "-R"]
+
+
 def _count(loop: str, where: str, workload: str, scale: float) -> tuple[int, int]:
     command = [
+        *_fixed_layout(),
         "valgrind",
         "--tool=callgrind",
         f"--callgrind-out-file={_out_file(loop, workload, scale)}",
