@@ -1577,7 +1577,7 @@ def _wait_for_events(loop, run):
     an event.  The wait is timed, and the stretch before it ends here.
 
     (The clock reads and the marks are written out: a call for each cost the
-    interpreted build several percent per echo round trip.)"""
+    interpreted build about 1% more instructions per echo round trip.)"""
     run.skip_poll = run.may_skip
     run.polls += 1
     scheduled = loop._scheduled
